@@ -1,0 +1,187 @@
+"""The loop → client vocabulary (API.md "Events"), and its one JSON encoding.
+
+Every event is a slotted dataclass with a literal ``type`` first; ``depth`` is 0 for a run's own
+loop and n for a loop nested inside a tool (``parent_tool_call_id`` names that tool call). The
+runner stamps ``seq``, ``run_id`` and ``ts`` when it writes an event: ``encode_event`` produces
+the exact bytes stored in the event log and sent as SSE ``data:``. Clients must ignore types
+they do not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeAlias
+
+import orjson
+
+from providers.messages import AssistantMessage, Message, ToolResultMessage, Usage
+
+
+@dataclass(slots=True, kw_only=True)
+class AgentStart:
+    type: Literal["agent_start"] = "agent_start"
+    model: str
+    tools: list[str]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnStart:
+    type: Literal["turn_start"] = "turn_start"
+    turn: int
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageStart:
+    """A user or tool-result message in full; an assistant message with empty content."""
+
+    type: Literal["message_start"] = "message_start"
+    message: Message
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageUpdate:
+    """One streamed delta: ``{kind, content_index, text?, tool_call_id?, tool_name?,
+    arguments?}``; never the whole partial message."""
+
+    type: Literal["message_update"] = "message_update"
+    delta: dict[str, Any]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageEnd:
+    type: Literal["message_end"] = "message_end"
+    message: Message
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolExecutionStart:
+    type: Literal["tool_execution_start"] = "tool_execution_start"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolExecutionUpdate:
+    type: Literal["tool_execution_update"] = "tool_execution_update"
+    tool_call_id: str
+    tool_name: str
+    partial_result: Any
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolExecutionEnd:
+    """``result`` is ``{content, details}``."""
+
+    type: Literal["tool_execution_end"] = "tool_execution_end"
+    tool_call_id: str
+    tool_name: str
+    result: dict[str, Any]
+    is_error: bool
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnEnd:
+    type: Literal["turn_end"] = "turn_end"
+    message: AssistantMessage
+    tool_results: list[ToolResultMessage]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+RunStopReason: TypeAlias = Literal["stop", "max_iterations", "error", "aborted"]
+
+
+@dataclass(slots=True, kw_only=True)
+class AgentEnd:
+    """Exactly one per loop. ``messages`` is everything the loop added."""
+
+    type: Literal["agent_end"] = "agent_end"
+    stop_reason: RunStopReason
+    error: str | None
+    usage: Usage
+    messages: list[Message]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageQueued:
+    """Service event: a steering or follow-up message was queued."""
+
+    type: Literal["message_queued"] = "message_queued"
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageWithdrawn:
+    """Service event: a queued message was withdrawn before the loop took it."""
+
+    type: Literal["message_withdrawn"] = "message_withdrawn"
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class RunResumed:
+    """Service event: a worker took the run over after a crash and continues it."""
+
+    type: Literal["run_resumed"] = "run_resumed"
+    worker: str
+    attempt: int
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+LoopEvent: TypeAlias = (
+    AgentStart | TurnStart | MessageStart | MessageUpdate | MessageEnd | ToolExecutionStart
+    | ToolExecutionUpdate | ToolExecutionEnd | TurnEnd | AgentEnd
+)
+ServiceEvent: TypeAlias = MessageQueued | MessageWithdrawn | RunResumed
+Event: TypeAlias = LoopEvent | ServiceEvent
+
+_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def _default(value: object) -> object:
+    return str(value)
+
+
+def utc_now() -> str:
+    """RFC 3339 UTC timestamp with milliseconds."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_event(event: Event, *, seq: int, run_id: str, ts: str) -> bytes:
+    """The stored and streamed JSON of an event: its fields plus ``seq``, ``run_id``, ``ts``."""
+    body = orjson.dumps(event, default=_default, option=_OPTS)
+    head = orjson.dumps({"seq": seq, "run_id": run_id, "ts": ts})
+    # splice: {"seq":..,"run_id":..,"ts":..,<event fields>}
+    return head[:-1] + b"," + body[1:]
+
+
+def to_json_value(value: object) -> Any:
+    """Plain JSON types for any message, event or result part (for pydantic responses)."""
+    return orjson.loads(orjson.dumps(value, default=_default, option=_OPTS))

@@ -1,0 +1,133 @@
+"""Opening a provider's streaming response, with retries before the first byte.
+
+``open_stream`` sends the request and returns the open ``httpx.Response`` once the status is 2xx.
+429, 5xx (and provider bodies that say "overloaded") and connection failures are retried with
+exponential backoff and full jitter, honouring ``Retry-After``; any other status raises
+``ProviderHTTPError`` carrying the provider's own message. Adapters turn that into an ``error``
+event: nothing here raises past the adapter.
+
+Exceptions::
+
+    ProviderHTTPError        a non-2xx answer after retries (status, message, retryable)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, frozen=True)
+class RetryPolicy:
+    """How hard to try before the first streamed byte."""
+
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+
+
+class ProviderHTTPError(Exception):
+    """The provider answered with an error status (after any retries)."""
+
+    def __init__(self, status: int, message: str, *, retryable: bool) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.retryable = retryable
+
+
+def is_retryable_status(status: int, body: bytes) -> bool:
+    """429, 5xx, and 4xx bodies that say the server is overloaded."""
+    return status == 429 or status >= 500 or b"overloaded" in body.lower()
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``, when present."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def error_message(body: bytes) -> str:
+    """The provider's own error sentence from a JSON error body, else the body text."""
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace").strip()[:2000] or "(empty body)"
+    if isinstance(data, list) and data:
+        data = data[0]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("Message")
+            if isinstance(msg, str):
+                return msg
+        if isinstance(err, str):
+            return err
+        msg = data.get("message") or data.get("Message")
+        if isinstance(msg, str):
+            return msg
+    return body.decode("utf-8", "replace")[:2000]
+
+
+def backoff_delay(policy: RetryPolicy, attempt: int, retry_after: float | None) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based)."""
+    if retry_after is not None:
+        return min(retry_after, policy.max_delay)
+    return random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1)))
+
+
+async def open_stream(client: httpx.AsyncClient, request: httpx.Request,
+                      policy: RetryPolicy) -> httpx.Response:
+    """Send ``request`` with ``stream=True``; retry what may be retried; return a 2xx response.
+
+    The caller must close the response. Raises ``ProviderHTTPError`` for an error status and
+    ``httpx.TransportError`` when the connection keeps failing.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                httpx.ReadError, httpx.ReadTimeout) as exc:
+            if attempt >= policy.attempts:
+                raise
+            delay = backoff_delay(policy, attempt, None)
+            log.warning("provider connection failed (%s); retry %d in %.2fs",
+                        type(exc).__name__, attempt, delay)
+            await asyncio.sleep(delay)
+            continue
+        if response.status_code < 300:
+            return response
+        body = await response.aread()
+        await response.aclose()
+        retryable = is_retryable_status(response.status_code, body)
+        if not retryable or attempt >= policy.attempts:
+            raise ProviderHTTPError(response.status_code, error_message(body),
+                                    retryable=retryable)
+        delay = backoff_delay(policy, attempt, retry_after_seconds(response.headers))
+        log.warning("provider answered %d; retry %d in %.2fs",
+                    response.status_code, attempt, delay)
+        await asyncio.sleep(delay)
