@@ -46,6 +46,8 @@ class ToolContext:
     """The run's working directory for file and code tools (created on first use)."""
     cancel: CancelSignal = field(default_factory=asyncio.Event)
     progress: Progress = _no_progress
+    menu: Any = None
+    """The run's ``tool_registry.Menu`` (``tool_search`` loads deferred tools through it)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
