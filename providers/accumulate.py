@@ -83,6 +83,10 @@ class Accumulator:
             case _:
                 assert_never(event)
 
+    def position(self, content_index: int) -> int:
+        """Where the provider's block ``content_index`` sits in ``message.content``."""
+        return self._blocks[content_index]
+
     def abort(self, reason: str = "aborted") -> AssistantMessage:
         """End the message as ``aborted`` (the consumer cancelled the stream)."""
         if not self.finished:

@@ -1,0 +1,218 @@
+"""The one small protocol both backends (``memory``, ``redis``) implement.
+
+Runs, the per-run event log, the steering/follow-up queues, the cancel signal and job dispatch.
+Backends know neither HTTP nor the loop: they store JSON-ready data and bytes. Every write made
+on behalf of a running loop carries the run's ``attempt`` number and is refused with
+``FencedOut`` once another worker has claimed the run (a higher attempt), so a worker paused
+past its lease can never write into a run it lost.
+
+Exceptions::
+
+    BackendError              the store is unreachable or failed (HTTP: 503 + Retry-After)
+    ├── FencedOut             this worker's attempt is stale: stop driving the run
+    ├── IdempotencyConflict   same Idempotency-Key, different body (HTTP: 409)
+    ├── RunNotFound           no such run for this tenant (HTTP: 404)
+    └── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias
+
+from app.queues import QueueKind, QueuedMessage, QueueMode
+
+RunStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+class BackendError(Exception):
+    """The store failed or cannot be reached."""
+
+
+class FencedOut(BackendError):
+    """The run was claimed by another worker (its attempt is newer than ours)."""
+
+
+class IdempotencyConflict(BackendError):
+    """An ``Idempotency-Key`` was reused with a different request body."""
+
+
+class RunNotFound(BackendError):
+    """No such run (or not this tenant's)."""
+
+
+class QueueItemTaken(BackendError):
+    """The queued message was already taken by the loop."""
+
+
+@dataclass(slots=True, kw_only=True)
+class RunRecord:
+    """A run as stored. ``request`` is the validated create body (JSON-ready)."""
+
+    id: str
+    tenant: str
+    status: RunStatus = "queued"
+    model: str = ""
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    result: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    """Incremented each time a worker claims the run; fences every write."""
+    worker: str | None = None
+    last_seq: int = 0
+    """The seq of the last event written (the next event gets ``last_seq + 1``)."""
+
+
+@dataclass(slots=True, frozen=True)
+class StoredEvent:
+    """One event of a run's log: ``data`` is the exact JSON sent as SSE ``data:``."""
+
+    seq: int
+    type: str
+    data: bytes
+
+
+@dataclass(slots=True, frozen=True)
+class Claim:
+    """A run handed to a worker: ``attempt`` fences its writes; ``resumed`` after a crash."""
+
+    run_id: str
+    attempt: int
+    resumed: bool
+
+
+@dataclass(slots=True)
+class RunPage:
+    """One page of ``list_runs``; ``next_cursor`` is None on the last page."""
+
+    runs: list[RunRecord]
+    next_cursor: str | None
+
+
+class Backend(Protocol):
+    """Storage and coordination for runs. All methods may raise ``BackendError``."""
+
+    name: str
+
+    async def start(self) -> None:
+        """Connect / prepare (called from the app lifespan)."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    async def ping(self) -> bool:
+        """Whether the store answers now (``/readyz``)."""
+        ...
+
+    # -- runs --------------------------------------------------------------------------
+    async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
+                         request_hash: str | None = None) -> tuple[RunRecord, bool]:
+        """Store a new run and dispatch it; ``(record, created)``. A repeated idempotency key
+        with the same hash returns the first run (``created`` False); another hash raises
+        ``IdempotencyConflict``."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        ...
+
+    async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
+                        limit: int, cursor: str | None) -> RunPage:
+        """The tenant's runs, newest first, filtered, paginated by an opaque cursor."""
+        ...
+
+    async def update_run(self, run_id: str, attempt: int, **fields: Any) -> None:
+        """Set fields of a run on behalf of the worker holding ``attempt`` (fenced)."""
+        ...
+
+    # -- checkpoints and events -------------------------------------------------------
+    async def save_checkpoint(self, run_id: str, attempt: int,
+                              messages: list[dict[str, Any]]) -> None:
+        """The run's added messages so far (replaced whole; fenced)."""
+        ...
+
+    async def load_checkpoint(self, run_id: str) -> list[dict[str, Any]]:
+        """The last checkpoint (empty when none)."""
+        ...
+
+    async def append_events(self, run_id: str, attempt: int, events: list[StoredEvent]) -> None:
+        """Append events in order (their seqs continue ``last_seq``; fenced; atomic)."""
+        ...
+
+    async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
+        """Events with ``seq > after``, oldest first, at most ``limit``."""
+        ...
+
+    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:
+        """Like ``read_events`` but waits up to ``timeout`` s for at least one event."""
+        ...
+
+    # -- queues -----------------------------------------------------------------------
+    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
+        """Queue a message; returns its 1-based position."""
+        ...
+
+    async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
+        """Messages still waiting (not taken), steering first, oldest first."""
+        ...
+
+    async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
+        """Remove a waiting message; ``QueueItemTaken`` if the loop took it, ``RunNotFound``
+        if there is no such message."""
+        ...
+
+    async def take(self, run_id: str, kind: QueueKind, mode: QueueMode) -> list[QueuedMessage]:
+        """Move the oldest (or all) waiting messages to the in-flight list atomically."""
+        ...
+
+    async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
+        """Drop injected messages from the in-flight list."""
+        ...
+
+    async def release(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
+        """Return in-flight messages to the head of the queue, in order."""
+        ...
+
+    async def queue_lengths(self, run_id: str) -> dict[str, int]:
+        """``{"steer": n, "follow_up": n}`` of waiting messages."""
+        ...
+
+    # -- cancel -----------------------------------------------------------------------
+    async def request_cancel(self, run_id: str) -> None:
+        """Ask the worker running the run to abort it (idempotent)."""
+        ...
+
+    async def cancel_requested(self, run_id: str) -> bool:
+        """Whether cancel was asked for."""
+        ...
+
+    async def wait_cancel(self, run_id: str) -> None:
+        """Return once cancel is asked for (the worker awaits this beside the loop)."""
+        ...
+
+    # -- dispatch ---------------------------------------------------------------------
+    async def claim(self, worker: str, timeout: float) -> Claim | None:
+        """The next queued run for this worker, or a run whose worker stopped heartbeating;
+        None after ``timeout`` s with nothing to do."""
+        ...
+
+    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
+        """This worker is alive and still holds these runs."""
+        ...
+
+    async def finish(self, run_id: str, attempt: int) -> None:
+        """The run ended: acknowledge its job and start its retention timer."""
+        ...
+
+    async def release_run(self, run_id: str, attempt: int) -> None:
+        """Hand a running run back (graceful shutdown) so another worker resumes it."""
+        ...

@@ -1,0 +1,354 @@
+"""The tool-call loop of ``shared/seed/tool-call-loop.zh.md``: no HTTP, no storage.
+
+A provider, a tool menu, two message queues and an event sink in; messages out. Each round
+streams one assistant message; tool calls in it are run in order and their results appended;
+text only ends the run unless queued messages keep it going. ``run_loop`` emits exactly one
+``agent_end`` whatever happens, except when its own task is cancelled from outside (a worker
+shutting down hands the run to another worker, which resumes it from the checkpoint).
+
+Abort (``abort`` set) timeline::
+
+    provider streaming ──abort──▶ stream closed, assistant message ends "aborted" ─▶ agent_end
+    tool running       ──abort──▶ tool cancelled, is_error result, rest skipped   ─▶ agent_end
+    taken, not injected ────────▶ released back to its queue
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.events import (
+    AgentEnd,
+    AgentStart,
+    Event,
+    MessageEnd,
+    MessageStart,
+    RunStopReason,
+    ToolExecutionEnd,
+    ToolExecutionStart,
+    ToolExecutionUpdate,
+    TurnEnd,
+    TurnStart,
+)
+from app.history import repair, unanswered_calls
+from app.queues import MessageSource, QueuedMessage, QueueMode
+from app.streaming import CANCELLED, stream_assistant, wait_or_abort
+from app.tool_exec import (
+    CUT_OFF_BY_LENGTH,
+    SKIPPED_FOR_STEERING,
+    ToolScope,
+    current_scope,
+    run_tool,
+)
+from providers.base import ModelRequest, Provider, ToolChoice
+from providers.messages import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    Usage,
+    UserMessage,
+)
+from tool_registry import Menu, ToolContext, ToolResult
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Event], None]
+ABORTED_TOOL = "Tool execution aborted: the run was cancelled."
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopConfig:
+    """Per-run settings of the loop (API.md ``POST /runs`` fields)."""
+
+    model: str
+    """The model id the provider is asked for (no ``provider:`` prefix)."""
+    model_label: str = ""
+    """What ``agent_start`` reports (``provider:model``); defaults to ``model``."""
+    system: str | None = None
+    tool_choice: ToolChoice = "auto"
+    reset_tool_choice: bool = True
+    parallel_tool_calls: bool | None = None
+    max_iterations: int | None = None
+    steering_mode: QueueMode = "one-at-a-time"
+    follow_up_mode: QueueMode = "one-at-a-time"
+    temperature: float | None = None
+    max_tokens: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    tool_timeout: float = 120.0
+    max_result_chars: int = 32_000
+    run_id: str = ""
+    tenant: str | None = None
+    workspace: Path | None = None
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class LoopOutcome:
+    """How a loop ended: ``messages`` is everything it added (prompts included)."""
+
+    stop_reason: RunStopReason
+    error: str | None
+    result: str | None
+    messages: list[Message]
+    usage: Usage
+
+
+class _Aborted(Exception):
+    """Internal: the abort signal was seen between steps."""
+
+
+class AgentLoop:
+    """One run of the loop. Use ``run_loop``; this class only keeps its steps small."""
+
+    def __init__(self, *, provider: Provider, menu: Menu, config: LoopConfig,
+                 context: list[Message], emit: Emit, steering: MessageSource | None,
+                 follow_up: MessageSource | None, abort: asyncio.Event) -> None:
+        self.provider = provider
+        self.menu = menu
+        self.cfg = config
+        self.context = context
+        self._emit_raw = emit
+        self.steering = steering
+        self.follow_up = follow_up
+        self.abort = abort
+        self.added: list[Message] = []
+        self.tool_choice: ToolChoice = config.tool_choice
+        self.rounds = 0
+        self.turn = 0
+        self.pending: list[QueuedMessage] = []
+        """Queued messages taken but not yet injected (acked on injection)."""
+        self.pending_source: MessageSource | None = None
+        self.pending_msgs: list[Message] = []
+        """Messages to inject before the next model call (prompts and taken queue messages)."""
+        self.invalid_args: dict[str, str] = {}
+
+    def emit(self, event: Event) -> None:
+        """Stamp depth and parent on nested events, then hand the event to the sink."""
+        if self.cfg.depth:
+            event.depth = self.cfg.depth
+            event.parent_tool_call_id = self.cfg.parent_tool_call_id
+        self._emit_raw(event)
+
+    async def run(self, prompts: list[Message], resume_from: list[Message] | None) -> LoopOutcome:
+        """The whole run; exactly one ``agent_end`` unless this task is cancelled."""
+        try:
+            if resume_from is None:
+                self.emit(AgentStart(model=self.cfg.model_label or self.cfg.model,
+                                     tools=self.menu.names()))
+            else:
+                self.added.extend(resume_from)
+                self.turn = sum(isinstance(m, AssistantMessage) for m in resume_from)
+            outcome = await self._run(prompts)
+        except _Aborted:
+            outcome = self._outcome("aborted", CANCELLED)
+        except asyncio.CancelledError:
+            await self._release_pending()
+            raise
+        except Exception as exc:
+            log.exception("loop failed (run %s)", self.cfg.run_id)
+            outcome = self._outcome("error", f"internal error: {type(exc).__name__}: {exc}")
+        if outcome.stop_reason == "aborted":
+            await self._release_pending()
+        self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
+                           usage=outcome.usage, messages=list(outcome.messages)))
+        return outcome
+
+    async def _run(self, prompts: list[Message]) -> LoopOutcome:
+        resumed_calls = unanswered_calls(self.context)
+        if resumed_calls:  # resumed after a crash between a tool call and its result
+            await self._execute(resumed_calls, None)
+        self.pending_msgs = list(prompts)
+        await self._poll(self.steering, self.cfg.steering_mode)
+        while True:
+            more_tools = True
+            while more_tools or self.pending_msgs:
+                if self._cap_reached():
+                    return self._outcome("max_iterations", None)
+                message = await self._round()
+                if message.stop_reason in ("error", "aborted"):
+                    self.emit(TurnEnd(message=message, tool_results=[]))
+                    return self._outcome(message.stop_reason, message.error_message)
+                calls = message.tool_calls()
+                more_tools = bool(calls)
+                results = await self._execute(calls, message) if calls else []
+                self.emit(TurnEnd(message=message, tool_results=results))
+                self._check_abort()
+                await self._poll(self.steering, self.cfg.steering_mode)
+            await self._poll(self.follow_up, self.cfg.follow_up_mode)
+            if not self.pending_msgs:
+                return self._outcome("stop", None)
+
+    def _cap_reached(self) -> bool:
+        cap = self.cfg.max_iterations
+        return cap is not None and self.rounds >= max(1, cap)
+
+    async def _round(self) -> AssistantMessage:
+        self._check_abort()
+        self.turn += 1
+        self.rounds += 1
+        self.emit(TurnStart(turn=self.turn))
+        await self._inject_pending()
+        request = self._request()
+        message, self.invalid_args = await stream_assistant(self.provider, request, self.emit,
+                                                            self.abort)
+        self._append(message)
+        self._maybe_reset_choice(message)
+        return message
+
+    def _request(self) -> ModelRequest:
+        cfg = self.cfg
+        return ModelRequest(model=cfg.model, system=cfg.system, messages=repair(self.context),
+                            tools=self.menu.specs(), tool_choice=self.tool_choice,
+                            parallel_tool_calls=cfg.parallel_tool_calls,
+                            temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            options=cfg.options)
+
+    def _maybe_reset_choice(self, message: AssistantMessage) -> None:
+        choice = self.tool_choice
+        if not self.cfg.reset_tool_choice or choice in ("auto", "none"):
+            return
+        calls = message.tool_calls()
+        honoured = bool(calls) if isinstance(choice, str) else any(
+            c.name == choice.name for c in calls)
+        if honoured:
+            self.tool_choice = "auto"
+
+    async def _execute(self, calls: list[ToolCall],
+                       message: AssistantMessage | None) -> list[ToolResultMessage]:
+        """Run picks in order; after each, poll steering and skip the rest if any is queued."""
+        results: list[ToolResultMessage] = []
+        cut_off = message is not None and message.stop_reason == "length"
+        for call in calls:
+            if self.abort.is_set():
+                results.append(self._skip(call, ABORTED_TOOL))
+            elif self.pending_msgs:
+                results.append(self._skip(call, SKIPPED_FOR_STEERING))
+            elif cut_off:
+                results.append(self._skip(call, CUT_OFF_BY_LENGTH))
+            else:
+                result = await self._run_one(call, self.invalid_args.get(call.id))
+                results.append(self._finish_call(call, result))
+                if not self.abort.is_set():
+                    await self._poll(self.steering, self.cfg.steering_mode)
+        return results
+
+    def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
+        self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                     args=call.arguments))
+        return self._finish_call(call, ToolResult.text(reason, is_error=True))
+
+    async def _run_one(self, call: ToolCall, invalid_args: str | None) -> ToolResult:
+        self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                     args=call.arguments))
+
+        def progress(partial: Any, /) -> None:
+            self.emit(ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
+                                          partial_result=partial))
+
+        cfg = self.cfg
+        ctx = ToolContext(run_id=cfg.run_id, tool_call_id=call.id, tool_name=call.name,
+                          depth=cfg.depth, tenant=cfg.tenant, workspace=cfg.workspace,
+                          cancel=self.abort, progress=progress, menu=self.menu)
+        scope = ToolScope(menu=self.menu, tools=list(self.menu.tools.values()), emit=self.emit,
+                          depth=cfg.depth, tool_call_id=call.id, run_id=cfg.run_id,
+                          model=cfg.model_label or cfg.model, provider=self.provider,
+                          abort=self.abort, extra={"config": cfg})
+        token = current_scope.set(scope)
+        try:
+            task = asyncio.ensure_future(run_tool(call, self.menu, ctx,
+                                                  default_timeout=cfg.tool_timeout,
+                                                  max_chars=cfg.max_result_chars,
+                                                  invalid_args=invalid_args))
+        finally:
+            current_scope.reset(token)
+        if await wait_or_abort(task, self.abort):
+            return task.result()
+        return ToolResult.text(ABORTED_TOOL, is_error=True)
+
+    def _finish_call(self, call: ToolCall, result: ToolResult) -> ToolResultMessage:
+        self.emit(ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
+                                   result={"content": result.content, "details": result.details},
+                                   is_error=result.is_error))
+        msg = ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
+                                content=list(result.content), details=result.details,
+                                is_error=result.is_error)
+        self.emit(MessageStart(message=msg))
+        self._append(msg)
+        self.emit(MessageEnd(message=msg))
+        return msg
+
+    def _append(self, message: Message) -> None:
+        self.context.append(message)
+        self.added.append(message)
+
+    async def _poll(self, source: MessageSource | None, mode: QueueMode) -> None:
+        if source is None or self.pending:
+            return
+        taken = await source.take(mode)
+        if taken:
+            self.pending = taken
+            self.pending_source = source
+            self.pending_msgs.extend(q.message for q in taken)
+
+    async def _inject_pending(self) -> None:
+        for msg in self.pending_msgs:
+            self.emit(MessageStart(message=msg))
+            self._append(msg)
+            self.emit(MessageEnd(message=msg))
+        self.pending_msgs = []
+        if self.pending and self.pending_source is not None:
+            taken, source = self.pending, self.pending_source
+            self.pending, self.pending_source = [], None
+            await source.ack(taken)
+
+    async def _release_pending(self) -> None:
+        if self.pending and self.pending_source is not None:
+            taken, source = self.pending, self.pending_source
+            self.pending, self.pending_source = [], None
+            await asyncio.shield(source.release(taken))
+
+    def _check_abort(self) -> None:
+        if self.abort.is_set():
+            raise _Aborted
+
+    def _outcome(self, reason: RunStopReason, error: str | None) -> LoopOutcome:
+        usage = Usage()
+        result: str | None = None
+        for msg in self.added:
+            if isinstance(msg, AssistantMessage):
+                usage.add(msg.usage)
+                if msg.stop_reason in ("stop", "length", "tool_use"):
+                    result = msg.text() or result
+        if reason != "stop":
+            last = next((m for m in reversed(self.added) if isinstance(m, AssistantMessage)),
+                        None)
+            result = last.text() if last is not None and last.text() else None
+        return LoopOutcome(stop_reason=reason, error=error, result=result,
+                           messages=self.added, usage=usage)
+
+
+async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,
+                   context: list[Message], emit: Emit, prompts: list[Message] | None = None,
+                   steering: MessageSource | None = None, follow_up: MessageSource | None = None,
+                   abort: asyncio.Event | None = None,
+                   resume_from: list[Message] | None = None) -> LoopOutcome:
+    """Run the loop over ``context`` (extended in place) after injecting ``prompts``.
+
+    ``resume_from`` continues a crashed run: the messages it had already added (their events
+    were already emitted), so no ``agent_start`` is sent and unanswered tool calls run first.
+    """
+    loop = AgentLoop(provider=provider, menu=menu, config=config, context=context, emit=emit,
+                     steering=steering, follow_up=follow_up, abort=abort or asyncio.Event())
+    return await loop.run(list(prompts or []), resume_from)
+
+
+def user_message(content: str | UserMessage) -> UserMessage:
+    """A user message from a string (or the message itself)."""
+    return content if isinstance(content, UserMessage) else UserMessage(content=content)

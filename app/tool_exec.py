@@ -1,0 +1,87 @@
+"""Running one picked function: lookup, validation, timeout, result cap, cancellation.
+
+Every failure is data: ``run_tool`` returns a ``ToolResult`` with ``is_error`` set and a sentence
+the model can act on; it raises only ``asyncio.CancelledError`` when its own task is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.messages import ImageContent, TextContent, ToolCall
+from tool_registry import ArgumentError, Menu, ToolContext, ToolResult
+from tool_registry.registry import AnyTool
+
+log = logging.getLogger(__name__)
+
+SKIPPED_FOR_STEERING = "Skipped due to queued user message."
+CUT_OFF_BY_LENGTH = (
+    "This tool call was not run: the response hit the output token limit (stop reason "
+    "'length') while writing it, so its arguments may be incomplete. Issue the call again."
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolScope:
+    """What a tool body's nested ``runtime.exec`` inherits from the call that runs it."""
+
+    menu: Menu
+    tools: list[AnyTool]
+    emit: Any
+    depth: int
+    tool_call_id: str
+    run_id: str
+    model: str
+    provider: Any
+    abort: asyncio.Event
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+current_scope: contextvars.ContextVar[ToolScope | None] = contextvars.ContextVar(
+    "agentloop_tool_scope", default=None)
+
+
+def cap_content(content: list[TextContent | ImageContent],
+                limit: int) -> list[TextContent | ImageContent]:
+    """Cut text longer than ``limit`` characters, keeping head and tail around a marker."""
+    total = sum(len(c.text) for c in content if isinstance(c, TextContent))
+    if total <= limit:
+        return content
+    text = "".join(c.text for c in content if isinstance(c, TextContent))
+    head = limit // 2
+    tail = limit - head
+    cut = len(text) - head - tail
+    marker = f"\n\n[… {cut} characters cut from the middle of this output …]\n\n"
+    images = [c for c in content if isinstance(c, ImageContent)]
+    return [TextContent(text=text[:head] + marker + text[len(text) - tail:]), *images]
+
+
+async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_timeout: float,
+                   max_chars: int, invalid_args: str | None = None) -> ToolResult:
+    """Run one call as the design says: unknown, invalid or failing calls become errors."""
+    tool = menu.lookup(call.name)
+    if tool is None:
+        return ToolResult.text(f"Tool {call.name} not found", is_error=True)
+    if invalid_args is not None:
+        return ToolResult.text(f"Invalid arguments: {invalid_args}", is_error=True)
+    try:
+        args = tool.validate(call.arguments)
+    except ArgumentError as exc:
+        return ToolResult.text(str(exc), is_error=True)
+    timeout = tool.options.timeout or default_timeout
+    try:
+        async with asyncio.timeout(timeout):
+            result = await tool.execute(args, ctx)
+    except TimeoutError:
+        return ToolResult.text(f"Tool {call.name} timed out after {timeout:g} s", is_error=True)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.debug("tool %s raised", call.name, exc_info=True)
+        return ToolResult.text(str(exc) or type(exc).__name__, is_error=True)
+    result.content = cap_content(result.content, max_chars)
+    return result
