@@ -1,0 +1,156 @@
+"""Chat Completions wire shapes and the request body built from a ``ModelRequest``.
+
+Mapping choices (the contract ``tests/providers/test_openai_chat.py`` pins down):
+
+- The system prompt is the first message, role ``system`` (OpenAI maps it to ``developer`` for
+  reasoning models itself; compatible servers only know ``system``).
+- Thinking blocks are dropped from replayed assistant messages, whichever provider made them:
+  Chat Completions has no input field for reasoning (DeepSeek's docs ask clients not to send
+  ``reasoning_content`` back), and replaying it as text would make the model read its private
+  reasoning as something it said.
+- ``max_tokens`` is sent under ``max_tokens_field``: ``max_completion_tokens`` for OpenAI itself
+  (``max_tokens`` is deprecated there and refused by o-series models), ``max_tokens`` for
+  compatible servers (vLLM, Ollama, Groq, OpenRouter all read it).
+- ``options`` are merged into the body last, verbatim (``reasoning_effort``, ``top_p`` …).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+from providers._openai_common import data_url, tool_images, tool_output_text
+from providers.base import ForcedTool, ModelRequest, ToolChoice, ToolSpec
+from providers.messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
+
+
+class _FunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class WireToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: _FunctionCall
+
+
+class WireMessage(TypedDict):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None
+    tool_calls: NotRequired[list[WireToolCall]]
+    tool_call_id: NotRequired[str]
+
+
+class DeltaToolCall(TypedDict, total=False):
+    """One ``choices[].delta.tool_calls[]`` fragment; only ``index`` is always there."""
+
+    index: int
+    id: str
+    type: str
+    function: dict[str, str | None]
+
+
+def build_body(request: ModelRequest, *, max_tokens_field: str) -> dict[str, Any]:
+    """The JSON body for ``POST /chat/completions`` with streaming on."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": build_messages(request.system, request.messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [tool_spec(t) for t in request.tools]
+        body["tool_choice"] = tool_choice(request.tool_choice)
+        if request.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        body[max_tokens_field] = request.max_tokens
+    body.update(request.options)
+    return body
+
+
+def tool_spec(tool: ToolSpec) -> dict[str, Any]:
+    """A tool as a Chat Completions ``function`` tool."""
+    return {"type": "function", "function": {
+        "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+
+
+def tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    """``auto``/``required``/``none`` as is; a forced tool as a ``function`` object."""
+    if isinstance(choice, ForcedTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
+
+
+def build_messages(system: str | None, messages: list[Message]) -> list[WireMessage]:
+    """Neutral messages → Chat Completions messages (see the module doc for the choices)."""
+    out: list[WireMessage] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    pending: list[ToolResultMessage] = []
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id,
+                        "content": tool_output_text(message)})
+            pending.append(message)
+            continue
+        out.extend(_images_message(pending))
+        pending = []
+        if isinstance(message, UserMessage):
+            out.append({"role": "user", "content": _user_content(message)})
+        else:
+            out.extend(_assistant(message))
+    out.extend(_images_message(pending))
+    return out
+
+
+def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
+    if isinstance(message.content, str):
+        return message.content
+    return [_part(c) for c in message.content]
+
+
+def _part(block: TextContent | ImageContent) -> dict[str, Any]:
+    if isinstance(block, TextContent):
+        return {"type": "text", "text": block.text}
+    return {"type": "image_url", "image_url": {"url": data_url(block)}}
+
+
+def _assistant(message: AssistantMessage) -> list[WireMessage]:
+    text = "".join(c.text for c in message.content if isinstance(c, TextContent))
+    calls = [_wire_call(c) for c in message.content if isinstance(c, ToolCall)]
+    if not text and not calls:
+        return []  # thinking only (dropped) or an empty reply: nothing to replay
+    wire: WireMessage = {"role": "assistant", "content": text or None}
+    if calls:
+        wire["tool_calls"] = calls
+    return [wire]
+
+
+def _wire_call(call: ToolCall) -> WireToolCall:
+    arguments = orjson.dumps(call.arguments).decode()
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": arguments}}
+
+
+def _images_message(results: list[ToolResultMessage]) -> list[WireMessage]:
+    images = tool_images(results)
+    if not images:
+        return []
+    parts: list[dict[str, Any]] = []
+    for call_id, image in images:
+        parts.append({"type": "text", "text": f"Image from tool result {call_id}:"})
+        parts.append(_part(image))
+    return [{"role": "user", "content": parts}]
