@@ -1,0 +1,184 @@
+"""Anthropic Messages API adapter (``POST {base_url}/v1/messages`` with ``stream: true``).
+
+Request mapping (docs.anthropic.com, "Messages"):
+
+- ``system`` is the top-level ``system`` string; ``max_tokens`` is required by the API and
+  defaults to ``DEFAULT_MAX_TOKENS`` when the request leaves it unset.
+- Messages alternate user/assistant: tool results become ``tool_result`` blocks (with
+  ``is_error``) in a user message, and consecutive same-role messages are merged into one.
+- Thinking is replayed as ``thinking``/``redacted_thinking`` blocks only to Anthropic (their
+  signatures are Anthropic's); thinking from any other provider is sent as plain text.
+- Tool-call ids are rewritten to ``[a-zA-Z0-9_-]{1,64}`` by ``safe_tool_id`` (deterministic).
+- ``tool_choice``: auto→``auto``, required→``any``, none→``none``, forced→``tool``;
+  ``parallel_tool_calls=False`` adds ``disable_parallel_tool_use``.
+- ``options`` keys in ``PASSTHROUGH_OPTIONS`` (e.g. ``thinking``) are copied into the body.
+
+The stream is decoded by ``providers._anthropic_stream``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, assert_never
+
+import httpx
+import orjson
+
+from providers._anthropic_stream import AnthropicDecoder
+from providers._http import RetryPolicy
+from providers._stream_guard import guarded_stream
+from providers._tool_ids import safe_tool_id
+from providers.base import ForcedTool, ModelRequest, ToolChoice
+from providers.events import ProviderEvent
+from providers.messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserContent,
+    UserMessage,
+)
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 8192
+PASSTHROUGH_OPTIONS = ("thinking", "top_p", "top_k", "stop_sequences", "metadata",
+                       "service_tier")
+_Json = dict[str, Any]
+
+
+class AnthropicProvider:
+    """Streams replies from Anthropic's Messages API (``name`` is ``"anthropic"``)."""
+
+    name = "anthropic"
+
+    def __init__(self, *, client: httpx.AsyncClient, base_url: str = "https://api.anthropic.com",
+                 api_key: str, retry: RetryPolicy | None = None) -> None:
+        self._client = client
+        self._url = base_url.rstrip("/") + "/v1/messages"
+        self._api_key = api_key
+        self._retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"AnthropicProvider(url={self._url!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        """Stream the reply to ``request`` (see ``providers.base.Provider``)."""
+        async def build() -> httpx.Request:
+            return self._client.build_request(
+                "POST", self._url, content=orjson.dumps(build_body(request)),
+                headers={"x-api-key": self._api_key, "anthropic-version": ANTHROPIC_VERSION,
+                         "content-type": "application/json", "accept": "text/event-stream"})
+
+        return guarded_stream(label=self.name, model=request.model, client=self._client,
+                              build=build, retry=self._retry, decoder=AnthropicDecoder())
+
+
+def build_body(request: ModelRequest) -> _Json:
+    """The JSON body for ``request``."""
+    body: _Json = {"model": request.model,
+                   "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
+                   "stream": True,
+                   "messages": convert_messages(request.messages)}
+    if request.system:
+        body["system"] = request.system
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.tools:
+        body["tools"] = [{"name": t.name, "description": t.description,
+                          "input_schema": t.parameters} for t in request.tools]
+        body["tool_choice"] = tool_choice(request.tool_choice, request.parallel_tool_calls)
+    for key in PASSTHROUGH_OPTIONS:
+        if key in request.options:
+            body[key] = request.options[key]
+    return body
+
+
+def tool_choice(choice: ToolChoice, parallel: bool | None) -> _Json:
+    """The ``tool_choice`` object (``disable_parallel_tool_use`` when parallel is False)."""
+    if isinstance(choice, ForcedTool):
+        out: _Json = {"type": "tool", "name": choice.name}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif choice == "none":
+        return {"type": "none"}
+    else:
+        out = {"type": "auto"}
+    if parallel is False:
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def convert_messages(messages: list[Message]) -> list[_Json]:
+    """Neutral history → alternating Anthropic messages (same-role neighbours merged)."""
+    out: list[_Json] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            role, blocks = "user", _user_blocks(message.content)
+        elif isinstance(message, AssistantMessage):
+            role, blocks = "assistant", _assistant_blocks(message)
+        elif isinstance(message, ToolResultMessage):
+            role, blocks = "user", [_tool_result(message)]
+        else:
+            assert_never(message)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [_user_block(part) for part in content if not _empty_text(part)]
+
+
+def _user_block(part: UserContent) -> _Json:
+    if isinstance(part, ImageContent):
+        return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type,
+                                            "data": part.data}}
+    return {"type": "text", "text": part.text}
+
+
+def _empty_text(part: UserContent) -> bool:
+    return isinstance(part, TextContent) and not part.text
+
+
+def _assistant_blocks(message: AssistantMessage) -> list[_Json]:
+    native = message.provider == AnthropicProvider.name
+    blocks: list[_Json] = []
+    for part in message.content:
+        if isinstance(part, TextContent):
+            if part.text:  # the API rejects empty text blocks
+                blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ThinkingContent):
+            blocks.extend(_thinking_block(part, native=native))
+        elif isinstance(part, ToolCall):
+            blocks.append({"type": "tool_use", "id": safe_tool_id(part.id), "name": part.name,
+                           "input": part.arguments})
+        else:
+            assert_never(part)
+    return blocks
+
+
+def _thinking_block(part: ThinkingContent, *, native: bool) -> list[_Json]:
+    if native and part.redacted and part.signature:
+        return [{"type": "redacted_thinking", "data": part.signature}]
+    if native and part.signature:
+        return [{"type": "thinking", "thinking": part.thinking, "signature": part.signature}]
+    # foreign (or unsigned, which the API would reject as thinking) reasoning is plain text
+    return [{"type": "text", "text": part.thinking}] if part.thinking and not part.redacted else []
+
+
+def _tool_result(message: ToolResultMessage) -> _Json:
+    block: _Json = {"type": "tool_result", "tool_use_id": safe_tool_id(message.tool_call_id),
+                    "is_error": message.is_error}
+    content = [_user_block(p) for p in message.content if not _empty_text(p)]
+    if content:
+        block["content"] = content
+    return block
