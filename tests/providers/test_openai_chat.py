@@ -151,3 +151,102 @@ async def test_authorization_header(client, server, key, auth) -> None:
     server.replies.append(Reply(chunks=[fixture("openai_chat/text.sse")]))
     await collect(chat(client, server, key), HI)
     assert server.requests[0].headers.get("authorization") == auth
+
+
+# --- what is sent --------------------------------------------------------------------------
+
+PNG = ImageContent(data="iVBORw0KGgo=", mime_type="image/png")
+HISTORY = [
+    UserMessage(content=[TextContent(text="What is here?"), PNG]),
+    AssistantMessage(provider="anthropic", model="claude", content=[
+        ThinkingContent(thinking="private", signature="sig-anthropic"),
+        TextContent(text="Checking."),
+        ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"}),
+        ToolCall(id="call_2", name="snap", arguments={}),
+    ], stop_reason="tool_use"),
+    ToolResultMessage(tool_call_id="call_1", tool_name="get_weather",
+                      content=[TextContent(text="no such city")], is_error=True),
+    ToolResultMessage(tool_call_id="call_2", tool_name="snap",
+                      content=[TextContent(text="took it"), PNG]),
+    AssistantMessage(provider="openai", content=[ThinkingContent(thinking="only thoughts")]),
+    UserMessage(content="thanks"),
+]
+
+
+async def sent(client, server, request: ModelRequest) -> dict:
+    server.replies.append(Reply(chunks=[fixture("openai_chat/text.sse")]))
+    await collect(chat(client, server), request)
+    return server.requests[-1].json
+
+
+async def test_request_messages_tools_and_options(client, server) -> None:
+    body = await sent(client, server, ModelRequest(
+        model="gpt-4.1", system="Be brief.", messages=HISTORY, tools=[WEATHER],
+        temperature=0.2, max_tokens=64, options={"reasoning_effort": "low"}))
+    data_url = "data:image/png;base64,iVBORw0KGgo="
+    assert body == {
+        "model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True},
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "What is here?"},
+                                         {"type": "image_url", "image_url": {"url": data_url}}]},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+                {"id": "call_2", "type": "function",
+                 "function": {"name": "snap", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Error: no such city"},
+            {"role": "tool", "tool_call_id": "call_2",
+             "content": "took it\n(images attached in the next message)"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Image from tool result call_2:"},
+                {"type": "image_url", "image_url": {"url": data_url}}]},
+            {"role": "user", "content": "thanks"},
+        ],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather for a city.",
+            "parameters": WEATHER.parameters}}],
+        "tool_choice": "auto",
+        "temperature": 0.2, "max_completion_tokens": 64, "reasoning_effort": "low",
+    }
+
+
+@pytest.mark.parametrize(("choice", "wire"), [
+    ("auto", "auto"), ("required", "required"), ("none", "none"),
+    (ForcedTool("get_weather"), {"type": "function", "function": {"name": "get_weather"}}),
+])
+async def test_tool_choice_rows(client, server, choice: ToolChoice, wire) -> None:
+    body = await sent(client, server, ModelRequest(model="m", messages=HI.messages,
+                                                   tools=[WEATHER], tool_choice=choice))
+    assert body["tool_choice"] == wire
+    assert "parallel_tool_calls" not in body
+
+
+@pytest.mark.parametrize(("tools", "parallel", "expected"), [
+    ([WEATHER], False, False), ([WEATHER], True, True), ([WEATHER], None, "absent"),
+    ([], False, "absent"),
+])
+async def test_parallel_tool_calls_only_with_tools(client, server, tools, parallel,
+                                                   expected) -> None:
+    body = await sent(client, server, ModelRequest(model="m", messages=HI.messages, tools=tools,
+                                                   parallel_tool_calls=parallel))
+    assert body.get("parallel_tool_calls", "absent") == expected
+    assert ("tools" in body) == bool(tools) and ("tool_choice" in body) == bool(tools)
+
+
+async def test_max_tokens_field_for_compatible_servers(client, server) -> None:
+    server.replies.append(Reply(chunks=[fixture("openai_chat/text.sse")]))
+    provider = OpenAIChatProvider(client=client, base_url=server.url, api_key=None,
+                                  retry=FAST, name="ollama", max_tokens_field="max_tokens")
+    await collect(provider, ModelRequest(model="llama3", messages=HI.messages, max_tokens=5))
+    assert server.requests[0].json["max_tokens"] == 5
+    assert "max_completion_tokens" not in server.requests[0].json
+
+
+async def test_abort_closes_the_connection(client, server) -> None:
+    data = fixture("openai_chat/text.sse")
+    server.replies.append(Reply(chunks=split_at(data, 200, 400), delay=0.05))
+    stream = chat(client, server).stream(HI)
+    first = await anext(stream)
+    assert first.type == "start"
+    await stream.aclose()  # must not hang or warn about an unclosed response
