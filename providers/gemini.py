@@ -1,0 +1,182 @@
+"""Google Gemini API adapter (``POST {base_url}/v1beta/models/{model}:streamGenerateContent``).
+
+The key travels in the ``x-goog-api-key`` header, never in the URL, so it cannot leak into
+access logs or exception messages. Request mapping (ai.google.dev, "Function calling",
+"Thought signatures"):
+
+- ``system`` → ``systemInstruction``; messages → ``contents`` with role ``user``/``model``
+  (same-role neighbours merged); images → ``inlineData``.
+- Assistant text, thinking (``thought: true``) and ``functionCall`` parts carry their
+  ``thoughtSignature`` back only when the message came from Gemini; thinking from any other
+  provider is sent as plain text.
+- Tool results → ``functionResponse`` parts (role ``user``) with ``response`` ``{"output": text}``,
+  or ``{"error": text}`` when ``is_error``. Calls and responses are paired by name and order;
+  ids are not sent back because Gemini omits them on most models and ids generated here would
+  mean nothing to it.
+- Tools → ``[{"functionDeclarations": [...]}]`` with the schema in ``parametersJsonSchema``
+  (full JSON Schema, so no cleaning to the OpenAPI subset of ``parameters`` is needed).
+- ``tool_choice`` → ``toolConfig.functionCallingConfig``: auto→AUTO, required→ANY, none→NONE,
+  forced X→ANY with ``allowedFunctionNames: [X]``. ``parallel_tool_calls`` has no Gemini
+  equivalent and is ignored.
+- ``temperature``/``max_tokens`` → ``generationConfig``; ``options["thinkingConfig"]`` (and the
+  other ``PASSTHROUGH_GENERATION`` keys) are copied into it.
+
+The stream is decoded by ``providers._gemini_stream``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, assert_never
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from providers._gemini_stream import GeminiDecoder
+from providers._http import RetryPolicy
+from providers._stream_guard import guarded_stream
+from providers.base import ForcedTool, ModelRequest, ToolChoice
+from providers.events import ProviderEvent
+from providers.messages import (
+    AssistantMessage,
+    ImageContent,
+    Message,
+    TextContent,
+    ThinkingContent,
+    ToolCall,
+    ToolResultMessage,
+    UserContent,
+    UserMessage,
+)
+
+PASSTHROUGH_GENERATION = ("thinkingConfig", "topP", "topK", "stopSequences", "seed")
+_Json = dict[str, Any]
+
+
+class GeminiProvider:
+    """Streams replies from the Gemini API (``name`` is ``"gemini"``)."""
+
+    name = "gemini"
+
+    def __init__(self, *, client: httpx.AsyncClient,
+                 base_url: str = "https://generativelanguage.googleapis.com",
+                 api_key: str, retry: RetryPolicy | None = None) -> None:
+        self._client = client
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"GeminiProvider(base_url={self._base_url!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        """Stream the reply to ``request`` (see ``providers.base.Provider``)."""
+        model = quote(request.model.removeprefix("models/"), safe="")
+        url = f"{self._base_url}/v1beta/models/{model}:streamGenerateContent"
+
+        async def build() -> httpx.Request:
+            return self._client.build_request(
+                "POST", url, params={"alt": "sse"}, content=orjson.dumps(build_body(request)),
+                headers={"x-goog-api-key": self._api_key, "content-type": "application/json",
+                         "accept": "text/event-stream"})
+
+        return guarded_stream(label=self.name, model=request.model, client=self._client,
+                              build=build, retry=self._retry, decoder=GeminiDecoder())
+
+
+def build_body(request: ModelRequest) -> _Json:
+    """The JSON body for ``request``."""
+    body: _Json = {"contents": convert_contents(request.messages)}
+    if request.system:
+        body["systemInstruction"] = {"parts": [{"text": request.system}]}
+    if request.tools:
+        body["tools"] = [{"functionDeclarations": [
+            {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
+            for t in request.tools]}]
+        body["toolConfig"] = {"functionCallingConfig": calling_config(request.tool_choice)}
+    generation: _Json = {}
+    if request.temperature is not None:
+        generation["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        generation["maxOutputTokens"] = request.max_tokens
+    for key in PASSTHROUGH_GENERATION:
+        if key in request.options:
+            generation[key] = request.options[key]
+    if generation:
+        body["generationConfig"] = generation
+    return body
+
+
+def calling_config(choice: ToolChoice) -> _Json:
+    """``functionCallingConfig`` for a neutral ``tool_choice``."""
+    if isinstance(choice, ForcedTool):
+        return {"mode": "ANY", "allowedFunctionNames": [choice.name]}
+    return {"mode": {"auto": "AUTO", "required": "ANY", "none": "NONE"}[choice]}
+
+
+def convert_contents(messages: list[Message]) -> list[_Json]:
+    """Neutral history → Gemini ``contents`` (same-role neighbours merged)."""
+    out: list[_Json] = []
+    for message in messages:
+        if isinstance(message, UserMessage):
+            role, parts = "user", _user_parts(message.content)
+        elif isinstance(message, AssistantMessage):
+            role, parts = "model", _model_parts(message)
+        elif isinstance(message, ToolResultMessage):
+            role, parts = "user", _response_parts(message)
+        else:
+            assert_never(message)
+        if not parts:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"].extend(parts)
+        else:
+            out.append({"role": role, "parts": parts})
+    return out
+
+
+def _user_parts(content: str | list[UserContent]) -> list[_Json]:
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    return [_user_part(p) for p in content if not (isinstance(p, TextContent) and not p.text)]
+
+
+def _user_part(part: UserContent) -> _Json:
+    if isinstance(part, ImageContent):
+        return {"inlineData": {"mimeType": part.mime_type, "data": part.data}}
+    return {"text": part.text}
+
+
+def _model_parts(message: AssistantMessage) -> list[_Json]:
+    native = message.provider == GeminiProvider.name
+    parts: list[_Json] = []
+    for block in message.content:
+        if isinstance(block, TextContent):
+            keep = block.text or (native and block.signature)
+            part: _Json | None = {"text": block.text} if keep else None
+        elif isinstance(block, ThinkingContent):
+            part = _thinking_part(block, native=native)
+        elif isinstance(block, ToolCall):
+            part = {"functionCall": {"name": block.name, "args": block.arguments}}
+        else:
+            assert_never(block)
+        if part is not None:
+            if native and block.signature:
+                part["thoughtSignature"] = block.signature
+            parts.append(part)
+    return parts
+
+
+def _thinking_part(block: ThinkingContent, *, native: bool) -> _Json | None:
+    if block.redacted or not (block.thinking or (native and block.signature)):
+        return None
+    return {"text": block.thinking, "thought": True} if native else {"text": block.thinking}
+
+
+def _response_parts(message: ToolResultMessage) -> list[_Json]:
+    text = "\n".join(p.text for p in message.content if isinstance(p, TextContent))
+    key = "error" if message.is_error else "output"
+    response = {"functionResponse": {"name": message.tool_name, "response": {key: text}}}
+    images = [_user_part(p) for p in message.content if isinstance(p, ImageContent)]
+    return [response, *images]
