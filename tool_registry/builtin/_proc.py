@@ -1,0 +1,142 @@
+"""Running one code process to completion, with bounded output and no survivors.
+
+Timeline of ``run_process``::
+
+    start (own session/process group, sandboxed by ``sandbox.prepare``)
+    ├─ pump stdout/stderr in 64 KiB chunks into HeadTail buffers (+ throttled progress)
+    ├─ wait for: exit | timeout | ctx.cancel set | task cancelled (CancelledError)
+    └─ always: SIGKILL the process group (bwrap's death takes its PID namespace along),
+       reap, give the pumps a moment to drain, then report or re-raise the cancellation
+
+Background processes never outlive the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tool_registry.builtin._limits import HeadTail
+from tool_registry.builtin.sandbox import prepare
+from tool_registry.builtin.settings import current
+from tool_registry.types import CancelSignal, Progress
+
+CHUNK = 64 * 1024
+PROGRESS_EVERY = 0.25
+"""Seconds between progress updates of one stream."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How a code process ended and what it printed (each stream capped)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    cancelled: bool
+    seconds: float
+    mode: str
+
+    def report(self, time_limit: float) -> str:
+        """The text the model reads."""
+        if self.timed_out:
+            head = f"timed out after {time_limit:g} s; the process and its children were killed"
+        elif self.cancelled:
+            head = "cancelled; the process and its children were killed"
+        else:
+            head = f"exit code: {self.exit_code}"
+        parts = [head]
+        if self.stdout:
+            parts.append(f"--- stdout ---\n{self.stdout}")
+        if self.stderr:
+            parts.append(f"--- stderr ---\n{self.stderr}")
+        return "\n".join(parts)
+
+    def details(self) -> dict[str, Any]:
+        """What the client sees beside the text."""
+        return {"exit_code": self.exit_code, "timed_out": self.timed_out,
+                "seconds": round(self.seconds, 3), "sandbox": self.mode}
+
+
+async def _pump(stream: asyncio.StreamReader | None, sink: HeadTail, name: str,
+                progress: Progress) -> None:
+    last = 0.0
+    while stream is not None and (chunk := await stream.read(CHUNK)):
+        sink.feed(chunk)
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY:
+            last = now
+            progress({"stream": name, "text": chunk[-2000:].decode("utf-8", "replace")})
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    assert proc.stdin is not None
+    with contextlib.suppress(ConnectionError):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    proc.stdin.close()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (gone already is fine)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _wait_exit(proc: asyncio.subprocess.Process, cancel: CancelSignal,
+                     time_limit: float) -> str:
+    """``"exit"``, ``"timeout"`` or ``"cancel"``, whichever comes first."""
+    waiter = asyncio.ensure_future(proc.wait())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        done, _ = await asyncio.wait({waiter, cancelled}, timeout=time_limit,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for fut in (waiter, cancelled):
+            fut.cancel()
+        await asyncio.gather(waiter, cancelled, return_exceptions=True)
+    if waiter in done:
+        return "exit"
+    return "cancel" if cancelled in done else "timeout"
+
+
+async def _settle(proc: asyncio.subprocess.Process, helpers: list[asyncio.Task[None]]) -> None:
+    kill_group(proc.pid)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 5)
+    _, pending = await asyncio.wait(helpers, timeout=1.0)
+    for task in pending:  # a child that left our process group may still hold a pipe
+        task.cancel()
+    await asyncio.gather(*helpers, return_exceptions=True)
+
+
+async def run_process(command: list[str], ws: Path, *, time_limit: float, progress: Progress,
+                      cancel: CancelSignal, stdin: bytes | None = None) -> Outcome:
+    """Run ``command`` sandboxed in ``ws``; see the module timeline."""
+    launch = prepare(command, ws)
+    cap = current().output_cap_chars
+    out, err = HeadTail(cap), HeadTail(cap)
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **launch.popen)
+    helpers = [asyncio.create_task(_pump(proc.stdout, out, "stdout", progress)),
+               asyncio.create_task(_pump(proc.stderr, err, "stderr", progress))]
+    if stdin is not None:
+        helpers.append(asyncio.create_task(_feed(proc, stdin)))
+    try:
+        ended = await _wait_exit(proc, cancel, time_limit)
+    finally:
+        await _settle(proc, helpers)
+    return Outcome(exit_code=proc.returncode if ended == "exit" else None,
+                   stdout=out.text(), stderr=err.text(), timed_out=ended == "timeout",
+                   cancelled=ended == "cancel", seconds=time.monotonic() - started,
+                   mode=launch.mode)
