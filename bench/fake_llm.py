@@ -1,0 +1,230 @@
+"""A cheap OpenAI-compatible Chat Completions server on loopback, for benchmarks.
+
+``python bench/fake_llm.py --port N [--delay-ms X]``
+
+Script, per request: if the last message is not a tool result, the answer is one tool call
+``add({"a": 2, "b": 3})`` with its arguments split over several chunks (``finish_reason:
+tool_calls``); otherwise it is 40 text deltas and ``finish_reason: stop``. Streaming requests get
+SSE (``data: {chunk}`` frames, a usage chunk when ``stream_options.include_usage`` is set, then
+``data: [DONE]``); other requests get one ``chat.completion`` object. ``GET /v1/models`` lists the
+one model; ``GET /stats`` counts the requests served (the harness checks calls per run with it).
+
+Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses: measured at
+a fraction of the CPU of a uvicorn app, so the fake is never the bottleneck. With ``--delay-ms 0``
+each response leaves in one write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import signal
+import time
+from typing import Any
+
+try:
+    import orjson
+
+    def _dumps(obj: Any) -> bytes:
+        return orjson.dumps(obj)
+
+    _loads = orjson.loads
+except ImportError:  # the peer's venv or a bare interpreter
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    _loads = json.loads
+
+MODEL = "fake-model"
+TOOL_ARGS_PARTS = ['{"a"', ': 2, ', '"b": ', "3}"]
+TEXT_DELTAS = 40
+USAGE_TOOL = {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
+USAGE_TEXT = {"prompt_tokens": 70, "completion_tokens": TEXT_DELTAS,
+              "total_tokens": 70 + TEXT_DELTAS}
+_ids = itertools.count(1)
+
+
+def text_pieces() -> list[str]:
+    """The 40 text deltas; their concatenation is the whole answer."""
+    words = ["The", " sum", " of", " 2", " and", " 3", " is", " 5."]
+    return [words[i] if i < len(words) else f" w{i}" for i in range(TEXT_DELTAS)]
+
+
+def wants_text(body: dict[str, Any]) -> bool:
+    """True when the last message is a tool result: the script answers in text."""
+    messages = body.get("messages") or [{}]
+    return messages[-1].get("role") == "tool"
+
+
+def _chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None,
+           usage: bool) -> dict[str, Any]:
+    chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                             "model": MODEL, "system_fingerprint": "fp_bench",
+                             "choices": [{"index": 0, "delta": delta or {},
+                                          "logprobs": None, "finish_reason": finish}]}
+    if usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunk objects of one streamed answer, usage chunk included when asked for."""
+    n = next(_ids)
+    cid, created = f"chatcmpl-bench{n}", int(time.time())
+    opts = body.get("stream_options") or {}
+    usage = bool(opts.get("include_usage"))
+    out: list[dict[str, Any]] = []
+    if wants_text(body):
+        for i, piece in enumerate(text_pieces()):
+            delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+            out.append(_chunk(cid, created, delta, None, usage))
+        out.append(_chunk(cid, created, None, "stop", usage))
+        totals = USAGE_TEXT
+    else:
+        head = {"index": 0, "id": f"call_bench{n}", "type": "function",
+                "function": {"name": "add", "arguments": ""}}
+        out.append(_chunk(cid, created, {"role": "assistant", "content": None,
+                                         "tool_calls": [head]}, None, usage))
+        for part in TOOL_ARGS_PARTS:
+            delta = {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
+            out.append(_chunk(cid, created, delta, None, usage))
+        out.append(_chunk(cid, created, None, "tool_calls", usage))
+        totals = USAGE_TOOL
+    if usage:
+        out.append({"id": cid, "object": "chat.completion.chunk", "created": created,
+                    "model": MODEL, "system_fingerprint": "fp_bench", "choices": [],
+                    "usage": totals})
+    return out
+
+
+def completion(body: dict[str, Any]) -> dict[str, Any]:
+    """The non-streaming answer: the same script as one ``chat.completion`` object."""
+    n = next(_ids)
+    if wants_text(body):
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(text_pieces())}
+        finish, usage = "stop", USAGE_TEXT
+    else:
+        call = {"id": f"call_bench{n}", "type": "function",
+                "function": {"name": "add", "arguments": "".join(TOOL_ARGS_PARTS)}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        finish, usage = "tool_calls", USAGE_TOOL
+    return {"id": f"chatcmpl-bench{n}", "object": "chat.completion", "created": int(time.time()),
+            "model": MODEL, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                         "finish_reason": finish}], "usage": usage}
+
+
+def _frame(payload: bytes) -> bytes:
+    """One HTTP/1.1 chunk carrying one SSE frame."""
+    data = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+_SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+             b"transfer-encoding: chunked\r\n\r\n")
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+class FakeLLM:
+    """The server: one coroutine per connection, requests served in order (keep-alive)."""
+
+    def __init__(self, delay_ms: float = 0.0) -> None:
+        self.delay = delay_ms / 1000.0
+        self.stats = {"requests": 0, "tool_call_answers": 0, "text_answers": 0, "open_streams": 0}
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _one_request(self, reader: asyncio.StreamReader,
+                           writer: asyncio.StreamWriter) -> bool:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip()
+                   for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        length = int(headers.get("content-length", "0"))
+        body = await reader.readexactly(length) if length else b""
+        keep = headers.get("connection", "").lower() != "close"
+        path = path.split("?", 1)[0]
+        if method == "POST" and path.endswith("/chat/completions"):
+            await self._completions(_loads(body or b"{}"), writer)
+        elif method == "GET" and path.endswith("/models"):
+            self._reply(writer, 200, {"object": "list", "data": [
+                {"id": MODEL, "object": "model", "created": 0, "owned_by": "bench"}]})
+        elif method == "GET" and path == "/stats":
+            self._reply(writer, 200, self.stats)
+        else:
+            self._reply(writer, 404, {"error": {"message": f"no route {method} {path}",
+                                                "type": "invalid_request_error"}})
+        await writer.drain()
+        return keep
+
+    async def _completions(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        self.stats["requests"] += 1
+        self.stats["text_answers" if wants_text(body) else "tool_call_answers"] += 1
+        if not body.get("stream"):
+            self._reply(writer, 200, completion(body))
+            return
+        frames = [_frame(_dumps(c)) for c in stream_chunks(body)] + [_frame(b"[DONE]")]
+        if not self.delay:
+            writer.write(_SSE_HEAD + b"".join(frames) + _LAST_CHUNK)
+            return
+        self.stats["open_streams"] += 1
+        try:
+            writer.write(_SSE_HEAD)
+            for i, frame in enumerate(frames):
+                if i:
+                    await asyncio.sleep(self.delay)
+                writer.write(frame)
+                await writer.drain()
+            writer.write(_LAST_CHUNK)
+        finally:
+            self.stats["open_streams"] -= 1
+
+    @staticmethod
+    def _reply(writer: asyncio.StreamWriter, status: int, obj: Any) -> None:
+        data = _dumps(obj)
+        reason = b"OK" if status == 200 else b"Not Found"
+        writer.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d"
+                     b"\r\n\r\n%s" % (status, reason, len(data), data))
+
+
+async def serve(host: str, port: int, delay_ms: float) -> None:
+    """Serve until SIGTERM/SIGINT; prints ``listening <port>`` once bound."""
+    fake = FakeLLM(delay_ms)
+    server = await asyncio.start_server(fake.handle, host, port, backlog=4096,
+                                        limit=1 << 20)
+    print(f"listening {server.sockets[0].getsockname()[1]}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="pause before each delta")
+    args = p.parse_args(argv)
+    if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
+        p.error("loopback addresses only")
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    runner(serve(args.host, args.port, args.delay_ms))
+
+
+if __name__ == "__main__":
+    main()
