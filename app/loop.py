@@ -145,7 +145,7 @@ class AgentLoop:
             else:
                 self.added.extend(resume_from)
                 self.turn = sum(isinstance(m, AssistantMessage) for m in resume_from)
-            outcome = await self._run(prompts)
+            outcome = await self._run(prompts, resume=resume_from is not None)
         except _Aborted:
             outcome = self._outcome("aborted", CANCELLED)
         except asyncio.CancelledError:
@@ -160,10 +160,11 @@ class AgentLoop:
                            usage=outcome.usage, messages=list(outcome.messages)))
         return outcome
 
-    async def _run(self, prompts: list[Message]) -> LoopOutcome:
-        resumed_calls = unanswered_calls(self.context)
-        if resumed_calls:  # resumed after a crash between a tool call and its result
-            await self._execute(resumed_calls, None)
+    async def _run(self, prompts: list[Message], *, resume: bool) -> LoopOutcome:
+        if resume:  # a crash between a tool call and its result: run what has no result
+            resumed_calls = unanswered_calls(self.context)
+            if resumed_calls:
+                await self._execute(resumed_calls, None)
         self.pending_msgs = list(prompts)
         await self._poll(self.steering, self.cfg.steering_mode)
         while True:

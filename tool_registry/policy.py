@@ -10,7 +10,8 @@ In order (each layer only removes):
 6. ``tools_deny`` then ``tools_allow`` (glob patterns; allow is a ceiling applied last) and the
    operator's disabled tools
 7. deferral — a deferred tool stays callable-to-be: its schema is not sent until ``tool_search``
-   loads it, from the next round on
+   loads it, from the next round on; ``tool_search`` itself is offered only when some tool on the
+   menu is deferred
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from dataclasses import dataclass, field
 
 from providers.base import ToolSpec
 from tool_registry.registry import AnyTool, Registry, as_tool, default_registry
+
+
+SEARCH_TOOL = "tool_search"
+"""The built-in tool that loads deferred tools; offered only when a menu has any."""
 
 
 class MenuError(ValueError):
@@ -96,6 +101,8 @@ def build_menu(*, tools: Sequence[object] | None = None, toolset: str | None = N
         menu.tools[name] = tool
         if opts.defer:
             menu.deferred.add(name)
+    if not menu.deferred:  # nothing to find: keep the search tool off the menu
+        menu.tools.pop(SEARCH_TOOL, None)
     return menu
 
 
