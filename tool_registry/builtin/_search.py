@@ -37,7 +37,7 @@ def _inside(ws: Path, path: Path) -> bool:
     return path.resolve(strict=False).is_relative_to(ws) or path.is_symlink()
 
 
-@function(toolsets=["files", "readonly"])
+@function
 def list_files(ctx: ToolContext, pattern: str = "**/*") -> str:
     """List files and directories in the workspace matching a glob (directories end in '/').
 
@@ -93,7 +93,7 @@ def _matches_in(name: str, lines: list[str], regex: re.Pattern[str]) -> Iterator
             yield f"{before}{name}:{i + 1}: {_line(line)}{after}"
 
 
-@function(toolsets=["files", "readonly"])
+@function
 def search_files(pattern: str, ctx: ToolContext, path: str = ".", glob: str = "*") -> str:
     """Search file contents with a regular expression; shows matches with line numbers.
 

@@ -44,7 +44,7 @@ async def _run(command: list[str], ctx: ToolContext, asked: float | None,
                            is_error=outcome.timed_out or outcome.cancelled)
 
 
-@function(toolsets=["code"], unsafe_in=UNTRUSTED_CHANNELS, check_fn=code_tools_available)
+@function(unsafe_in=UNTRUSTED_CHANNELS, check_fn=code_tools_available)
 async def run_shell(command: str, ctx: ToolContext,
                     timeout: float | None = None) -> ToolResult:  # noqa: ASYNC109 (model-facing)
     """Run a shell command (bash) in the workspace; returns exit code, stdout and stderr.
@@ -59,7 +59,7 @@ async def run_shell(command: str, ctx: ToolContext,
     return await _run([shell, "-c", command], ctx, timeout)
 
 
-@function(toolsets=["code"], unsafe_in=UNTRUSTED_CHANNELS, check_fn=code_tools_available)
+@function(unsafe_in=UNTRUSTED_CHANNELS, check_fn=code_tools_available)
 async def run_python(code: str, ctx: ToolContext,
                      timeout: float | None = None) -> ToolResult:  # noqa: ASYNC109 (model-facing)
     """Run a Python 3 program in the workspace; returns exit code, stdout and stderr.

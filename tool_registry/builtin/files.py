@@ -80,7 +80,7 @@ def _numbered(lines: list[str], first: int, cap: int) -> tuple[str, int]:
     return "\n".join(out), len(out)
 
 
-@function(toolsets=["files", "readonly"])
+@function
 def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int = 2000) -> str:
     """Read a text file from the workspace, with line numbers.
 
@@ -107,7 +107,7 @@ def read_file(path: str, ctx: ToolContext, offset: int = 1, limit: int = 2000) -
     return body
 
 
-@function(toolsets=["files"], unsafe_in=UNTRUSTED_CHANNELS)
+@function(unsafe_in=UNTRUSTED_CHANNELS)
 def write_file(path: str, content: str, ctx: ToolContext) -> str:
     """Create or overwrite a file in the workspace (missing parent directories are created).
 
@@ -122,7 +122,7 @@ def write_file(path: str, content: str, ctx: ToolContext) -> str:
     return f"wrote {len(data)} bytes to {wsmod.display(ws, target)}"
 
 
-@function(toolsets=["files"], unsafe_in=UNTRUSTED_CHANNELS)
+@function(unsafe_in=UNTRUSTED_CHANNELS)
 def edit_file(path: str, old: str, new: str, ctx: ToolContext,
               replace_all: bool = False) -> str:
     """Replace exact text in a file. ``old`` must match exactly once unless replace_all is set.
