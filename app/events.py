@@ -182,6 +182,13 @@ def encode_event(event: Event, *, seq: int, run_id: str, ts: str) -> bytes:
     return head[:-1] + b"," + body[1:]
 
 
+def encode_event_body(event: Event, *, run_id: str, ts: str) -> bytes:
+    """``encode_event`` without ``seq``: the backend splices ``{"seq":N,`` in when it allocates
+    the seq atomically (``app.backends.base.with_seq``)."""
+    body = orjson.dumps(event, default=_default, option=_OPTS)
+    return b'{"run_id":%s,"ts":"%s",%s' % (orjson.dumps(run_id), ts.encode(), body[1:])
+
+
 def to_json_value(value: object) -> Any:
     """Plain JSON types for any message, event or result part (for pydantic responses)."""
     return orjson.loads(orjson.dumps(value, default=_default, option=_OPTS))

@@ -17,10 +17,16 @@ Exceptions::
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
-from app.queues import QueueKind, QueuedMessage, QueueMode
+import orjson
+
+from app.events import ServiceEvent, encode_event_body, utc_now
+from app.queues import QueuedMessage, QueueKind, QueueMode
+from providers.messages import UserMessage, message_adapter
 
 RunStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -88,6 +94,45 @@ class Claim:
     resumed: bool
 
 
+@dataclass(slots=True, kw_only=True)
+class EventBatch:
+    """One atomic write to a run's log (``append_events``).
+
+    ``events`` are ``(type, body)`` where ``body`` is the event's JSON object *without* ``seq``
+    (``app.events.encode_event_body``); the backend allocates the seqs and stores
+    ``{"seq":N,`` + body. ``checkpoint`` messages (JSON bytes) are appended to the run's
+    checkpoint and ``acks`` drop injected queue messages from the in-flight lists in the same
+    transaction, so after a crash the log, the checkpoint and the queues never disagree.
+    ``fields`` are set on the run record too (the final status beside ``agent_end``).
+    ``token`` makes a retried write idempotent: a batch whose token equals the last applied one
+    is not applied twice (its reply was lost, e.g. Redis restarted).
+    """
+
+    events: Sequence[tuple[str, bytes]] = ()
+    checkpoint: Sequence[bytes] = ()
+    acks: Sequence[tuple[QueueKind, str]] = ()
+    fields: dict[str, Any] | None = None
+    token: str | None = None
+
+
+def with_seq(seq: int, body: bytes) -> bytes:
+    """The stored event: ``body`` (a JSON object) with ``seq`` spliced in first."""
+    return b'{"seq":%d,%s' % (seq, body[1:])
+
+
+def queue_entry(item: QueuedMessage) -> bytes:
+    """A queued message as stored: ``<id>\t<json>`` (the id prefix lets scripts match it)."""
+    return item.id.encode() + b"\t" + orjson.dumps(item.message)
+
+
+def parse_queue_entry(raw: bytes) -> QueuedMessage:
+    """The inverse of ``queue_entry``."""
+    head, _, body = raw.partition(b"\t")
+    message = message_adapter.validate_json(body)
+    assert isinstance(message, UserMessage)
+    return QueuedMessage(id=head.decode(), message=message)
+
+
 @dataclass(slots=True)
 class RunPage:
     """One page of ``list_runs``; ``next_cursor`` is None on the last page."""
@@ -135,24 +180,25 @@ class Backend(Protocol):
         ...
 
     # -- checkpoints and events -------------------------------------------------------
-    async def save_checkpoint(self, run_id: str, attempt: int,
-                              messages: list[dict[str, Any]]) -> None:
-        """The run's added messages so far (replaced whole; fenced)."""
-        ...
-
     async def load_checkpoint(self, run_id: str) -> list[dict[str, Any]]:
-        """The last checkpoint (empty when none)."""
+        """The messages the run added so far, as checkpointed (empty when none)."""
         ...
 
-    async def append_events(self, run_id: str, attempt: int, events: list[StoredEvent]) -> None:
-        """Append events in order (their seqs continue ``last_seq``; fenced; atomic)."""
+    async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
+        """Apply ``batch`` atomically; returns the run's last seq. ``attempt`` fences it (None:
+        a service event written by the API, not fenced)."""
+        ...
+
+    async def append_service_event(self, run_id: str, event: ServiceEvent) -> int:
+        """Append one service event (``message_queued``, ``message_withdrawn``) to the run's
+        log; returns its seq. Used by the API beside the worker's own writes."""
         ...
 
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """Events with ``seq > after``, oldest first, at most ``limit``."""
         ...
 
-    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:
+    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
         """Like ``read_events`` but waits up to ``timeout`` s for at least one event."""
         ...
 
@@ -170,12 +216,15 @@ class Backend(Protocol):
         if there is no such message."""
         ...
 
-    async def take(self, run_id: str, kind: QueueKind, mode: QueueMode) -> list[QueuedMessage]:
-        """Move the oldest (or all) waiting messages to the in-flight list atomically."""
+    async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
+                   attempt: int | None = None) -> list[QueuedMessage]:
+        """Move the oldest (or all) waiting messages to the in-flight list atomically (fenced
+        when ``attempt`` is given)."""
         ...
 
     async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
-        """Drop injected messages from the in-flight list."""
+        """Drop injected messages from the in-flight list (the runner acks through
+        ``EventBatch.acks`` instead, atomically with the checkpoint)."""
         ...
 
     async def release(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
@@ -200,13 +249,14 @@ class Backend(Protocol):
         ...
 
     # -- dispatch ---------------------------------------------------------------------
-    async def claim(self, worker: str, timeout: float) -> Claim | None:
+    async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """The next queued run for this worker, or a run whose worker stopped heartbeating;
         None after ``timeout`` s with nothing to do."""
         ...
 
     async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
-        """This worker is alive and still holds these runs."""
+        """This worker is alive and still holds these runs (runs another worker has claimed
+        meanwhile are left alone)."""
         ...
 
     async def finish(self, run_id: str, attempt: int) -> None:
@@ -216,3 +266,20 @@ class Backend(Protocol):
     async def release_run(self, run_id: str, attempt: int) -> None:
         """Hand a running run back (graceful shutdown) so another worker resumes it."""
         ...
+
+
+class ServiceEvents:
+    """Mixin: ``append_service_event`` in terms of ``append_events`` (both backends)."""
+
+    async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
+        raise NotImplementedError
+
+    async def append_service_event(self, run_id: str, event: ServiceEvent) -> int:
+        """See ``Backend.append_service_event``."""
+        body = encode_event_body(event, run_id=run_id, ts=utc_now())
+        return await self.append_events(run_id, None, EventBatch(events=[(event.type, body)]))
+
+
+def now() -> float:
+    """Wall-clock seconds (one place, so tests could pin it)."""
+    return time.time()

@@ -1,0 +1,52 @@
+"""Storage backends behind one protocol (``base.Backend``): ``memory`` and ``redis``.
+
+``make_backend(None)`` is the in-process default; a Redis URL selects the Redis backend (only
+``app/backends/redis*.py`` import ``redis``). Settings: ``lease`` (seconds a claim lasts without
+a heartbeat, default 30), ``run_ttl`` (seconds a finished run is kept, default 7 days) and, for
+Redis, ``connect_timeout``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.backends.base import (
+    Backend,
+    BackendError,
+    Claim,
+    EventBatch,
+    FencedOut,
+    IdempotencyConflict,
+    QueueItemTaken,
+    RunNotFound,
+    RunPage,
+    RunRecord,
+    StoredEvent,
+)
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Claim",
+    "EventBatch",
+    "FencedOut",
+    "IdempotencyConflict",
+    "QueueItemTaken",
+    "RunNotFound",
+    "RunPage",
+    "RunRecord",
+    "StoredEvent",
+    "make_backend",
+]
+
+
+def make_backend(redis_url: str | None, **settings: Any) -> Backend:
+    """The Redis backend for ``redis_url``, else the in-memory one."""
+    if redis_url:
+        from app.backends.redis import RedisBackend
+
+        return RedisBackend(redis_url, **settings)
+    from app.backends.memory import MemoryBackend
+
+    allowed = {k: v for k, v in settings.items() if k in ("lease", "run_ttl")}
+    return MemoryBackend(**allowed)
