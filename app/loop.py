@@ -154,8 +154,7 @@ class AgentLoop:
         except Exception as exc:
             log.exception("loop failed (run %s)", self.cfg.run_id)
             outcome = self._outcome("error", f"internal error: {type(exc).__name__}: {exc}")
-        if outcome.stop_reason == "aborted":
-            await self._release_pending()
+        await self._release_pending()  # taken but never injected: back to the queue
         self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
                            usage=outcome.usage, messages=list(outcome.messages)))
         return outcome

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
@@ -58,11 +58,21 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(desc).strip(), params
 
 
+def injected_kind(hint: object) -> object | None:
+    """The injected type a parameter annotation asks for (``X`` or ``X | None``), if any."""
+    if hint in INJECTED_TYPES:
+        return hint
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if len(args) == 1 and args[0] in INJECTED_TYPES:
+        return args[0]
+    return None
+
+
 def injected_params(func: Callable[..., Any]) -> dict[str, object]:
-    """Parameters of ``func`` the loop injects: name → annotation."""
+    """Parameters of ``func`` the loop injects: name → the injected type."""
     hints = get_type_hints(func)
-    return {name: hint for name, hint in hints.items()
-            if name != "return" and hint in INJECTED_TYPES}
+    found = {name: injected_kind(hint) for name, hint in hints.items() if name != "return"}
+    return {name: kind for name, kind in found.items() if kind is not None}
 
 
 def build_model(func: Callable[..., Any], name: str,
@@ -74,7 +84,7 @@ def build_model(func: Callable[..., Any], name: str,
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         hint = hints.get(param.name, Any)
-        if hint in INJECTED_TYPES:
+        if injected_kind(hint) is not None:
             continue
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hint, FieldInfo(default=default,
