@@ -62,7 +62,7 @@ def injected_kind(hint: object) -> object | None:
     """The injected type a parameter annotation asks for (``X`` or ``X | None``), if any."""
     if hint in INJECTED_TYPES:
         return hint
-    args = [a for a in get_args(hint) if a is not type(None)]
+    args: list[object] = [a for a in get_args(hint) if a is not type(None)]
     if len(args) == 1 and args[0] in INJECTED_TYPES:
         return args[0]
     return None

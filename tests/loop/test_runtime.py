@@ -151,5 +151,5 @@ async def test_arguments_that_are_not_json_become_an_error_result() -> None:
                 ToolCallEnd(0), DoneEvent("tool_use")])
     p = FakeProvider([bad, fake.text("sorry")])
     out = await runtime.exec("x", provider=p, tools=["rt_echo"])
-    result = [m for m in out.messages if isinstance(m, ToolResultMessage)][0]
+    result = next(m for m in out.messages if isinstance(m, ToolResultMessage))
     assert result.is_error and result.content[0].text.startswith("Invalid arguments: ")
