@@ -109,13 +109,18 @@ class FakeProvider:
     repeat: bool = False
     name: str = "fake"
     requests: list[ModelRequest] = field(default_factory=list)
+    calls: int = 0
     closed: int = 0
     """How many streams were closed early (aborted) — asserts the stream really closes."""
+    record: bool = True
+    """Keep a deep copy of every request (off for benchmarks: copying is not the loop's cost)."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Record ``request`` and play the next step."""
-        self.requests.append(copy.deepcopy(request))
-        return self._play(request, len(self.requests) - 1)
+        self.calls += 1
+        if self.record:
+            self.requests.append(copy.deepcopy(request))
+        return self._play(request, self.calls - 1)
 
     async def _play(self, request: ModelRequest, n: int) -> AsyncIterator[ProviderEvent]:
         if n < len(self.script):
