@@ -1,0 +1,429 @@
+"""The Redis backend (redis.asyncio + hiredis): many processes, runs survive a worker crash.
+
+Key layout in ``redis_keys``; every per-run write is one Lua script from ``redis_scripts``
+(atomic, fenced by the run's attempt). Dispatch is the ``al:jobs`` stream read through the
+``workers`` consumer group: a worker's pending entries are its runs; heartbeats reset their
+idle time (XCLAIM JUSTID) and a run idle longer than the lease is taken over (XAUTOCLAIM).
+
+Fail fast: connecting times out after ``connect_timeout`` (0.5 s) with one retry, so the API
+answers 503 within about a second; every Redis failure surfaces as ``BackendError``. Blocking
+reads block at most 1 s, well under the 5 s socket timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+import orjson
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.backends import redis_keys as keys
+from app.backends import redis_scripts as lua
+from app.backends.base import (
+    BackendError,
+    Claim,
+    EventBatch,
+    FencedOut,
+    IdempotencyConflict,
+    QueueItemTaken,
+    RunNotFound,
+    RunPage,
+    RunRecord,
+    ServiceEvents,
+    StoredEvent,
+    parse_queue_entry,
+    queue_entry,
+)
+from app.backends.memory import make_cursor, matches, parse_cursor
+from app.backends.redis_notify import Notifier
+from app.backends.redis_records import decode_record, encode_fields, encode_record
+from app.queues import QueuedMessage, QueueKind, QueueMode
+
+P = ParamSpec("P")
+T = TypeVar("T")
+BLOCK_MAX = 1.0
+"""Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
+
+
+def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Map Redis failures to the backend's exception tree."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except ResponseError as exc:
+            text = str(exc)
+            if "FENCED" in text:
+                raise FencedOut(text) from None
+            if "NOTFOUND" in text:
+                raise RunNotFound(text) from None
+            raise BackendError(text) from exc
+        except (RedisError, OSError) as exc:
+            raise BackendError(f"redis: {exc}") from exc
+
+    return wrapper
+
+
+class RedisBackend(ServiceEvents):
+    """See the module docstring. ``lease`` and ``run_ttl`` in seconds."""
+
+    name = "redis"
+
+    def __init__(self, url: str, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0,
+                 connect_timeout: float = 0.5, socket_timeout: float = 5.0) -> None:
+        self.lease = lease
+        self.run_ttl = run_ttl
+        self.client: Redis = Redis.from_url(
+            url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError])
+        self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
+            "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
+            "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
+        self.notifier = Notifier(self.client, self.cancel_requested)
+        self._group_ready = False
+
+    async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
+        return await self._s[name](keys=keys_, args=args)
+
+    @_guard
+    async def start(self) -> None:
+        """Check the connection and create the job consumer group."""
+        await self.client.ping()
+        await self._ensure_group()
+
+    async def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            await self.client.xgroup_create(keys.JOBS_STREAM, keys.JOBS_GROUP, id="0",
+                                            mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def close(self) -> None:
+        """Stop the listener and close the pool."""
+        await self.notifier.close()
+        await self.client.aclose()
+
+    async def ping(self) -> bool:
+        """Whether Redis answers now."""
+        try:
+            return bool(await self.client.ping())
+        except (RedisError, OSError):
+            return False
+
+    # -- runs --------------------------------------------------------------------------
+    @_guard
+    async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
+                         request_hash: str | None = None) -> tuple[RunRecord, bool]:
+        """See ``Backend.create_run``."""
+        if idempotency_key is not None:
+            first = await self._idempotent(record, idempotency_key, request_hash or "")
+            if first is not None:
+                return first, False
+        await self._ensure_group()
+        async with self.client.pipeline(transaction=False) as pipe:
+            mapping: Any = encode_record(record)
+            pipe.hset(keys.run_key(record.id), mapping=mapping)
+            pipe.zadd(keys.tenant_runs_key(record.tenant), {record.id: record.created_at})
+            pipe.xadd(keys.JOBS_STREAM, {"run": record.id})
+            await pipe.execute()
+        return record, True
+
+    async def _idempotent(self, record: RunRecord, key: str, body_hash: str) -> RunRecord | None:
+        name = keys.idempotency_key(record.tenant, key)
+        value = f"{body_hash}|{record.id}"
+        if await self.client.set(name, value, nx=True, ex=int(self.run_ttl) + 86400):
+            return None
+        raw: Any = await self.client.get(name)
+        seen = (raw or b"").decode()
+        seen_hash, _, run_id = seen.rpartition("|")
+        if seen_hash != body_hash:
+            raise IdempotencyConflict(key)
+        for _ in range(50):  # the first request may still be writing its run
+            first = await self.get_run(run_id)
+            if first is not None:
+                return first
+            await asyncio.sleep(0.02)
+        raise BackendError(f"idempotency key {key}: run {run_id} missing")
+
+    @_guard
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """See ``Backend.get_run``."""
+        raw: Any = await self.client.hgetall(keys.run_key(run_id))
+        return decode_record(raw)
+
+    @_guard
+    async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
+                        limit: int, cursor: str | None) -> RunPage:
+        """See ``Backend.list_runs``: walks the tenant's zset newest first, filtering."""
+        zkey = keys.tenant_runs_key(tenant)
+        after = parse_cursor(cursor)
+        top: float | str = after[0] if after else "+inf"
+        page: list[RunRecord] = []
+        offset, chunk = 0, max(limit + 1, 50)
+        while len(page) <= limit:
+            rows: Any = await self.client.zrevrangebyscore(zkey, top, "-inf", start=offset,
+                                                      num=chunk, withscores=True)
+            if not rows:
+                break
+            offset += len(rows)
+            for record in await self._records([r[0].decode() for r in rows], zkey):
+                if after is not None and (record.created_at, record.id) >= after:
+                    continue
+                if matches(record, status, metadata) and len(page) <= limit:
+                    page.append(record)
+        more = len(page) > limit
+        page = page[:limit]
+        return RunPage(runs=page, next_cursor=make_cursor(page[-1]) if more else None)
+
+    async def _records(self, run_ids: list[str], zkey: str) -> list[RunRecord]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hgetall(keys.run_key(run_id))
+            raw = await pipe.execute()
+        records = [decode_record(r) for r in raw]
+        gone = [i for i, r in zip(run_ids, records, strict=True) if r is None]
+        if gone:  # expired runs leave their index entry behind
+            await self.client.zrem(zkey, *gone)
+        return [r for r in records if r is not None]
+
+    @_guard
+    async def update_run(self, run_id: str, attempt: int, **fields: Any) -> None:
+        """See ``Backend.update_run``."""
+        pairs = [x for kv in encode_fields(fields).items() for x in kv]
+        await self._run("UPDATE", [keys.run_key(run_id)], [attempt, *pairs])
+
+    @_guard
+    async def expires_in(self, run_id: str) -> float | None:
+        """Seconds until the run's keys expire (None: no TTL yet)."""
+        ttl = await self.client.pttl(keys.run_key(run_id))
+        return ttl / 1000 if ttl >= 0 else None
+
+    # -- checkpoints and events -------------------------------------------------------
+    @_guard
+    async def load_checkpoint(self, run_id: str) -> list[dict[str, Any]]:
+        """See ``Backend.load_checkpoint``."""
+        return [orjson.loads(m) for m in await self.client.lrange(keys.checkpoint_key(run_id),
+                                                                  0, -1)]
+
+    @_guard
+    async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
+        """See ``Backend.append_events``: one APPEND script (XADD ``<seq>-0`` per event)."""
+        args: list[Any] = [
+            "" if attempt is None else attempt, batch.token or "", len(batch.events),
+            len(batch.checkpoint), len(batch.acks), len(batch.fields or {}),
+            keys.NOTIFY_CHANNEL, f"e:{run_id}"]
+        for type_, body in batch.events:
+            args += (type_, body)
+        args += batch.checkpoint
+        for kind, message_id in batch.acks:
+            args += (kind, message_id)
+        for name, value in encode_fields(batch.fields or {}).items():
+            args += (name, value)
+        run_keys = [keys.run_key(run_id), keys.events_key(run_id), keys.checkpoint_key(run_id),
+                    keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")]
+        return int(await self._run("APPEND", run_keys, args))
+
+    @_guard
+    async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
+        """See ``Backend.read_events``."""
+        rows: Any = await self.client.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+",
+                                        count=limit)
+        return [StoredEvent(int(eid.split(b"-", 1)[0]), f[b"t"].decode(), f[b"d"])
+                for eid, f in rows]
+
+    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
+        """See ``Backend.wait_events`` (woken by the process's one notify listener)."""
+        events = await self.read_events(run_id, after)
+        if events:
+            return events
+        await self.notifier.ensure_started()
+        waiter = self.notifier.events_waiter(run_id)
+        events = await self.read_events(run_id, after)
+        if events:
+            return events
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter.wait()
+        except TimeoutError:
+            return []
+        return await self.read_events(run_id, after)
+
+    # -- queues -----------------------------------------------------------------------
+    @_guard
+    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
+        """See ``Backend.enqueue``."""
+        return int(await self._run("ENQUEUE", [keys.run_key(run_id), keys.queue_key(run_id, kind)],
+                                   ["", queue_entry(item)]))
+
+    @_guard
+    async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
+        """See ``Backend.list_queue``."""
+        out: list[tuple[QueueKind, QueuedMessage]] = []
+        for kind in ("steer", "follow_up"):
+            entries: Any = await self.client.lrange(keys.queue_key(run_id, kind), 0, -1)
+            for raw in entries:
+                out.append((kind, parse_queue_entry(raw)))
+        return out
+
+    @_guard
+    async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
+        """See ``Backend.withdraw``."""
+        answer = await self._run("WITHDRAW", [keys.run_key(run_id), *keys.queue_keys(run_id)],
+                                 ["", message_id])
+        answer = answer.decode()
+        if answer == "taken":
+            raise QueueItemTaken(message_id)
+        if answer == "none":
+            raise RunNotFound(message_id)
+        return "steer" if answer == "steer" else "follow_up"
+
+    @_guard
+    async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
+                   attempt: int | None = None) -> list[QueuedMessage]:
+        """See ``Backend.take``."""
+        raw = await self._run("TAKE", self._one_queue(run_id, kind),
+                              ["" if attempt is None else attempt, mode])
+        return [parse_queue_entry(r) for r in raw]
+
+    async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
+        """See ``Backend.ack``."""
+        await self.append_events(run_id, None, EventBatch(acks=[(kind, q.id) for q in items]))
+
+    @_guard
+    async def release(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
+        """See ``Backend.release``."""
+        await self._run("RELEASE", self._one_queue(run_id, kind), ["", *(q.id for q in items)])
+
+    def _one_queue(self, run_id: str, kind: QueueKind) -> list[str]:
+        return [keys.run_key(run_id), keys.queue_key(run_id, kind),
+                keys.inflight_key(run_id, kind), keys.taken_key(run_id)]
+
+    @_guard
+    async def queue_lengths(self, run_id: str) -> dict[str, int]:
+        """See ``Backend.queue_lengths``."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.llen(keys.queue_key(run_id, "steer"))
+            pipe.llen(keys.queue_key(run_id, "follow_up"))
+            steer, follow_up = await pipe.execute()
+        return {"steer": int(steer), "follow_up": int(follow_up)}
+
+    # -- cancel -----------------------------------------------------------------------
+    @_guard
+    async def request_cancel(self, run_id: str) -> None:
+        """See ``Backend.request_cancel``: a flag on the run plus a ``c:<run>`` note."""
+        await self._run("CANCEL", [keys.run_key(run_id)],
+                        ["", keys.NOTIFY_CHANNEL, f"c:{run_id}"])
+
+    @_guard
+    async def cancel_requested(self, run_id: str) -> bool:
+        """See ``Backend.cancel_requested``."""
+        return bool(await self.client.hget(keys.run_key(run_id), "cancel"))
+
+    async def wait_cancel(self, run_id: str) -> None:
+        """See ``Backend.wait_cancel``."""
+        await self.notifier.ensure_started()
+        waiter = self.notifier.cancel_waiter(run_id)
+        try:
+            if not await _quietly(self.cancel_requested(run_id)):
+                await waiter.wait()
+        finally:
+            self.notifier.forget_cancel(run_id)
+
+    # -- dispatch ---------------------------------------------------------------------
+    @_guard
+    async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
+        """See ``Backend.claim``: a lapsed run first (XAUTOCLAIM), then a new job."""
+        await self._ensure_group()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            lapsed: Any = await self.client.xautoclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker,
+                                                  int(self.lease * 1000), "0-0", count=1)
+            for entry_id, fields in lapsed[1]:
+                claim = await self._assign(worker, entry_id, fields)
+                if claim is not None:
+                    return claim
+            if lapsed[1]:
+                continue
+            block = min(BLOCK_MAX, deadline - loop.time())
+            if block <= 0:
+                return None
+            rows: Any = await self.client.xreadgroup(
+                keys.JOBS_GROUP, worker, {keys.JOBS_STREAM: ">"}, count=1,
+                block=max(1, int(block * 1000)))
+            for _, entries in rows or []:
+                for entry_id, fields in entries:
+                    claim = await self._assign(worker, entry_id, fields)
+                    if claim is not None:
+                        return claim
+
+    async def _assign(self, worker: str, entry_id: bytes, fields: dict[bytes, bytes] | None
+                      ) -> Claim | None:
+        run_id = (fields or {}).get(b"run", b"").decode()
+        try:
+            attempt = int(await self._run("CLAIM", [keys.run_key(run_id),
+                                                    *keys.queue_keys(run_id)],
+                                          ["", orjson.dumps(worker), entry_id]))
+        except ResponseError as exc:
+            if "NOTFOUND" not in str(exc):
+                raise
+            attempt = 0
+        if attempt == 0:  # ended or expired: the job is done
+            await self._drop_job(entry_id)
+            return None
+        return Claim(run_id=run_id, attempt=attempt, resumed=attempt > 1)
+
+    async def _drop_job(self, entry_id: bytes | str) -> None:
+        if not entry_id:
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
+            pipe.xdel(keys.JOBS_STREAM, entry_id)
+            await pipe.execute()
+
+    @_guard
+    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
+        """See ``Backend.heartbeat``: XCLAIM JUSTID resets the jobs' idle time."""
+        me = orjson.dumps(worker)
+        jobs = []
+        for run_id in run_ids:
+            job = await self._run("HOLDS", [keys.run_key(run_id)], ["", me])
+            if job:
+                jobs.append(job)
+        if jobs:
+            await self.client.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker, 0, jobs,
+                                     justid=True)
+
+    @_guard
+    async def finish(self, run_id: str, attempt: int) -> None:
+        """See ``Backend.finish``: expire the run's keys, acknowledge its job."""
+        job = await self._run("FINISH", keys.run_keys(run_id), [attempt, int(self.run_ttl)])
+        await self._drop_job(job)
+
+    @_guard
+    async def release_run(self, run_id: str, attempt: int) -> None:
+        """See ``Backend.release_run``: a fresh job entry, so a waiting worker takes it now."""
+        job = await self._run("RELEASE_RUN", [keys.run_key(run_id)], [attempt])
+        await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
+        await self._drop_job(job)
+
+
+async def _quietly(check: Awaitable[bool]) -> bool:
+    try:
+        return await check
+    except BackendError:
+        return False

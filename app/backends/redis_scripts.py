@@ -1,0 +1,143 @@
+"""The Lua scripts of the Redis backend: each is one atomic, fenced step on one run's keys.
+
+Conventions: ``KEYS[1]`` is the run hash; a missing run answers the error ``NOTFOUND``, a stale
+attempt ``FENCED`` (``ARGV[1]``; empty = not fenced). Hash values are JSON, so a status is
+compared as ``'"completed"'``. Queue entries are ``<id>\\t<json>``: scripts match them by prefix.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local run = KEYS[1]
+if redis.call('EXISTS', run) == 0 then return redis.error_reply('NOTFOUND') end
+if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
+  return redis.error_reply('FENCED')
+end
+local function id_of(v) return string.match(v, '^([^\\t]*)\\t') end
+local function remove_id(key, id)
+  for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if id_of(v) == id then redis.call('LREM', key, 1, v); return v end
+  end
+  return false
+end
+"""
+
+# KEYS run, events, ckpt, inflight steer, inflight follow_up
+# ARGV attempt, token, n_events, n_ckpt, n_acks, n_fields, channel, note, then the items
+APPEND = _PRELUDE + """
+local token = ARGV[2]
+if token ~= '' and redis.call('HGET', run, 'token') == token then
+  return tonumber(redis.call('HGET', run, 'last_seq'))
+end
+local ne, nc, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local i = 9
+local seq = 0
+if ne > 0 then seq = redis.call('HINCRBY', run, 'last_seq', ne) - ne end
+for _ = 1, ne do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i],
+             'd', '{"seq":' .. seq .. ',' .. string.sub(ARGV[i + 1], 2))
+  i = i + 2
+end
+for _ = 1, nc do redis.call('RPUSH', KEYS[3], ARGV[i]); i = i + 1 end
+for _ = 1, na do
+  local key = KEYS[4]
+  if ARGV[i] == 'follow_up' then key = KEYS[5] end
+  remove_id(key, ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, nf do redis.call('HSET', run, ARGV[i], ARGV[i + 1]); i = i + 2 end
+if token ~= '' then redis.call('HSET', run, 'token', token) end
+if ne > 0 then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+return tonumber(redis.call('HGET', run, 'last_seq') or '0')
+"""
+
+# KEYS run; ARGV attempt, then field/value pairs
+UPDATE = _PRELUDE + """
+for i = 2, #ARGV, 2 do redis.call('HSET', run, ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+# KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
+# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended.
+CLAIM = _PRELUDE + """
+local status = redis.call('HGET', run, 'status')
+if status == '"completed"' or status == '"failed"' or status == '"cancelled"' then return 0 end
+local attempt = redis.call('HINCRBY', run, 'attempt', 1)
+redis.call('HSET', run, 'worker', ARGV[2], 'job', ARGV[3])
+for k = 0, 1 do
+  local items = redis.call('LRANGE', KEYS[4 + k], 0, -1)
+  for j = #items, 1, -1 do
+    redis.call('LPUSH', KEYS[2 + k], items[j])
+    redis.call('SREM', KEYS[6], id_of(items[j]))
+  end
+  redis.call('DEL', KEYS[4 + k])
+end
+return attempt
+"""
+
+# KEYS run; ARGV '', worker (JSON). Returns the job entry id if this worker holds the run.
+HOLDS = _PRELUDE + """
+if redis.call('HGET', run, 'worker') == ARGV[2] then return redis.call('HGET', run, 'job') end
+return false
+"""
+
+# KEYS run + every other key of the run; ARGV attempt, ttl seconds. Returns the job entry id.
+FINISH = _PRELUDE + """
+redis.call('HSET', run, 'worker', 'null')
+for k = 1, #KEYS do redis.call('EXPIRE', KEYS[k], ARGV[2]) end
+return redis.call('HGET', run, 'job') or ''
+"""
+
+# KEYS run; ARGV attempt. Returns the job entry id.
+RELEASE_RUN = _PRELUDE + """
+redis.call('HSET', run, 'worker', 'null')
+return redis.call('HGET', run, 'job') or ''
+"""
+
+# KEYS run, queue; ARGV '', entry. Returns the position.
+ENQUEUE = _PRELUDE + """
+return redis.call('RPUSH', KEYS[2], ARGV[2])
+"""
+
+# KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken; ARGV '', id
+WITHDRAW = _PRELUDE + """
+if remove_id(KEYS[2], ARGV[2]) then return 'steer' end
+if remove_id(KEYS[3], ARGV[2]) then return 'follow_up' end
+if redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 1 then return 'taken' end
+return 'none'
+"""
+
+# KEYS run, queue, inflight, taken; ARGV attempt, mode. Returns the taken entries.
+TAKE = _PRELUDE + """
+local n = 1
+if ARGV[2] == 'all' then n = redis.call('LLEN', KEYS[2]) end
+local taken = {}
+for _ = 1, n do
+  local v = redis.call('LPOP', KEYS[2])
+  if not v then break end
+  redis.call('RPUSH', KEYS[3], v)
+  redis.call('SADD', KEYS[4], id_of(v))
+  taken[#taken + 1] = v
+end
+return taken
+"""
+
+# KEYS run, queue, inflight, taken; ARGV '', ids in order. Back to the queue head, in order.
+RELEASE = _PRELUDE + """
+for j = #ARGV, 2, -1 do
+  local v = remove_id(KEYS[3], ARGV[j])
+  if v then
+    redis.call('LPUSH', KEYS[2], v)
+    redis.call('SREM', KEYS[4], ARGV[j])
+  end
+end
+return 1
+"""
+
+# KEYS run; ARGV '', channel, note
+CANCEL = _PRELUDE + """
+redis.call('HSET', run, 'cancel', '1')
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""

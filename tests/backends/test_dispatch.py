@@ -1,0 +1,68 @@
+"""Dispatch: claims, heartbeats keeping a lease, takeover after a lapsed lease, release for a
+prompt resume, TTL after finish, and the cancel signal's latency."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.backends import Backend
+from tests.backends.conftest import LEASE
+from tests.backends.helpers import created_and_claimed, record
+
+
+async def test_claim_returns_none_when_idle(backend: Backend) -> None:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    assert await backend.claim("w1", timeout=0.2) is None
+    assert loop.time() - t0 < 1.0
+
+
+async def test_heartbeat_keeps_the_lease_and_lapse_hands_over(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    for _ in range(4):  # 1.2 s > lease, kept alive by heartbeats
+        await asyncio.sleep(LEASE * 0.3)
+        await backend.heartbeat("w1", [claim.run_id])
+    assert await backend.claim("w2", timeout=0.1) is None
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    taken = await backend.claim("w2", timeout=LEASE * 3)
+    assert taken is not None and taken.run_id == claim.run_id
+    assert taken.attempt == 2 and taken.resumed
+    assert loop.time() - t0 < LEASE * 1.5
+    await backend.heartbeat("w1", [claim.run_id])  # the stale worker cannot take it back
+    rec = await backend.get_run(claim.run_id)
+    assert rec is not None and rec.worker == "w2"
+
+
+async def test_finish_sets_ttl_and_is_not_claimed_again(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    assert await backend.expires_in(claim.run_id) is None  # type: ignore[attr-defined]
+    await backend.update_run(claim.run_id, 1, status="completed")
+    await backend.finish(claim.run_id, claim.attempt)
+    ttl = await backend.expires_in(claim.run_id)  # type: ignore[attr-defined]
+    assert ttl is not None and 3500 < ttl <= 3600
+    await asyncio.sleep(LEASE * 1.2)
+    assert await backend.claim("w2", timeout=0.1) is None
+
+
+async def test_runs_are_claimed_once_each(backend: Backend) -> None:
+    ids = {(await backend.create_run(record()))[0].id for _ in range(10)}
+    claims = await asyncio.gather(*[backend.claim(f"w{i % 3}", timeout=0.5) for i in range(12)])
+    got = [c.run_id for c in claims if c is not None]
+    assert sorted(got) == sorted(ids)
+
+
+async def test_cancel_reaches_the_watcher_within_100ms(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    assert not await backend.cancel_requested(claim.run_id)
+    watcher = asyncio.create_task(backend.wait_cancel(claim.run_id))
+    await asyncio.sleep(0.1)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await backend.request_cancel(claim.run_id)
+    await asyncio.wait_for(watcher, 1)
+    latency = loop.time() - t0
+    print(f"cancel latency ({backend.name}): {latency * 1000:.1f} ms")
+    assert latency < 0.1
+    assert await backend.cancel_requested(claim.run_id)
+    await asyncio.wait_for(backend.wait_cancel(claim.run_id), 1)  # already asked: at once

@@ -1,0 +1,87 @@
+"""The event log: backend-allocated seqs, atomic batches with checkpoint/acks/fields,
+idempotent retries, fencing, service events beside worker writes, waiting tails."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from app.backends import Backend, EventBatch, FencedOut
+from app.events import MessageQueued
+from tests.backends.helpers import batch, created_and_claimed
+
+
+async def test_seqs_are_allocated_in_order_without_gaps(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    assert await backend.append_events(claim.run_id, 1, batch("a", "b")) == 2
+    assert await backend.append_service_event(
+        claim.run_id, MessageQueued(message_id="m1", kind="steer")) == 3
+    assert await backend.append_events(claim.run_id, 1, batch("c")) == 4
+    events = await backend.read_events(claim.run_id, 0)
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert [e.type for e in events] == ["x", "x", "message_queued", "x"]
+    first = orjson.loads(events[0].data)
+    assert first == {"seq": 1, "run_id": "r", "ts": "t", "type": "x", "text": "a"}
+    assert next(iter(first)) == "seq"
+    queued = orjson.loads(events[2].data)
+    assert queued["seq"] == 3 and queued["run_id"] == claim.run_id and queued["kind"] == "steer"
+    assert [e.seq for e in await backend.read_events(claim.run_id, 2, limit=1)] == [3]
+    rec = await backend.get_run(claim.run_id)
+    assert rec is not None and rec.last_seq == 4
+
+
+async def test_concurrent_appenders_never_share_a_seq(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+
+    async def worker() -> None:
+        for i in range(20):
+            await backend.append_events(claim.run_id, 1, batch(f"w{i}"))
+
+    async def api() -> None:
+        for i in range(20):
+            await backend.append_service_event(
+                claim.run_id, MessageQueued(message_id=f"m{i}", kind="follow_up"))
+
+    await asyncio.gather(worker(), api())
+    seqs = [e.seq for e in await backend.read_events(claim.run_id, 0)]
+    assert seqs == list(range(1, 41))
+
+
+async def test_batch_carries_checkpoint_fields_and_is_idempotent(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    b = batch("a", checkpoint=[b'{"role":"user","content":"hi"}'], fields={"status": "running"},
+              token="1:1")
+    assert await backend.append_events(claim.run_id, 1, b) == 1
+    assert await backend.append_events(claim.run_id, 1, b) == 1  # a retried write
+    assert await backend.load_checkpoint(claim.run_id) == [{"role": "user", "content": "hi"}]
+    rec = await backend.get_run(claim.run_id)
+    assert rec is not None and rec.status == "running" and rec.last_seq == 1
+
+
+async def test_stale_attempt_is_fenced_out(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    await backend.release_run(claim.run_id, claim.attempt)
+    again = await backend.claim("w2", timeout=2)
+    assert again is not None and again.attempt == 2 and again.resumed
+    with pytest.raises(FencedOut):
+        await backend.append_events(claim.run_id, 1, batch("stale", checkpoint=[b"{}"]))
+    assert await backend.read_events(claim.run_id, 0) == []
+    assert await backend.load_checkpoint(claim.run_id) == []
+    assert await backend.append_events(claim.run_id, 2, EventBatch()) == 0
+
+
+async def test_wait_events_wakes_on_append_and_times_out(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    assert await backend.wait_events(claim.run_id, 0, timeout=0.05) == []
+    waiters = [asyncio.create_task(backend.wait_events(claim.run_id, 0, timeout=5))
+               for _ in range(3)]
+    await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await backend.append_events(claim.run_id, 1, batch("a"))
+    results = await asyncio.gather(*waiters)
+    assert loop.time() - t0 < 0.5
+    assert all([e.seq for e in r] == [1] for r in results)
+    assert [e.seq for e in await backend.wait_events(claim.run_id, 0, timeout=1)] == [1]

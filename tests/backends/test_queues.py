@@ -1,0 +1,69 @@
+"""Steering / follow-up queues: take moves to in-flight, ack drops, release returns to the head
+in order, withdraw refuses taken messages, concurrent takers never share a message."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.backends import Backend, EventBatch, QueueItemTaken, RunNotFound
+from tests.backends.helpers import created_and_claimed, msg
+
+
+async def test_enqueue_list_take_ack(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    assert await backend.enqueue(rid, "steer", msg("s1")) == 1
+    assert await backend.enqueue(rid, "steer", msg("s2")) == 2
+    assert await backend.enqueue(rid, "follow_up", msg("f1")) == 1
+    listed = await backend.list_queue(rid)
+    assert [(k, q.id) for k, q in listed] == [("steer", "s1"), ("steer", "s2"),
+                                              ("follow_up", "f1")]
+    assert listed[0][1].message.content == "s1"
+    taken = await backend.take(rid, "steer", "one-at-a-time", attempt=claim.attempt)
+    assert [q.id for q in taken] == ["s1"]
+    assert await backend.queue_lengths(rid) == {"steer": 1, "follow_up": 1}
+    await backend.append_events(rid, claim.attempt, EventBatch(acks=[("steer", "s1")]))
+    rest = await backend.take(rid, "steer", "all")
+    assert [q.id for q in rest] == ["s2"]
+    assert await backend.take(rid, "steer", "all") == []
+
+
+async def test_release_returns_to_head_in_order(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    for mid in ("a", "b", "c"):
+        await backend.enqueue(rid, "follow_up", msg(mid))
+    taken = await backend.take(rid, "follow_up", "all")
+    await backend.enqueue(rid, "follow_up", msg("d"))
+    await backend.release(rid, "follow_up", taken[:2])
+    assert [q.id for _, q in await backend.list_queue(rid)] == ["a", "b", "d"]
+    # "c" is still in flight: a new claim (crash recovery) returns it to the head
+    await backend.release_run(rid, claim.attempt)
+    assert await backend.claim("w2", timeout=2) is not None
+    assert [q.id for _, q in await backend.list_queue(rid)] == ["c", "a", "b", "d"]
+
+
+async def test_withdraw(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    await backend.enqueue(rid, "steer", msg("s1"))
+    await backend.enqueue(rid, "follow_up", msg("f1"))
+    await backend.take(rid, "steer", "all")
+    with pytest.raises(QueueItemTaken):
+        await backend.withdraw(rid, "s1")
+    assert await backend.withdraw(rid, "f1") == "follow_up"
+    with pytest.raises(RunNotFound):
+        await backend.withdraw(rid, "f1")
+
+
+async def test_concurrent_takers_never_get_the_same_message(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    for i in range(50):
+        await backend.enqueue(rid, "steer", msg(f"m{i}"))
+    results = await asyncio.gather(*[backend.take(rid, "steer", "one-at-a-time")
+                                     for _ in range(80)])
+    ids = [q.id for r in results for q in r]
+    assert sorted(ids) == sorted(f"m{i}" for i in range(50))

@@ -1,0 +1,69 @@
+"""Runs: create, get, update (fenced), list newest first with filters and cursors,
+idempotency keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.backends import Backend, FencedOut, IdempotencyConflict
+from tests.backends.helpers import record
+
+
+async def test_create_get_roundtrip(backend: Backend) -> None:
+    rec = record(metadata={"a": "1"}, request={"input": [{"role": "user", "content": "x"}]})
+    stored, created = await backend.create_run(rec)
+    assert created and stored.id == rec.id
+    got = await backend.get_run(rec.id)
+    assert got is not None
+    assert (got.tenant, got.status, got.metadata, got.request) == (
+        "t1", "queued", {"a": "1"}, rec.request)
+    assert got.created_at == rec.created_at
+    assert await backend.get_run("nope") is None
+
+
+async def test_update_run_is_fenced(backend: Backend) -> None:
+    rec, _ = await backend.create_run(record())
+    claim = await backend.claim("w1", timeout=2)
+    assert claim is not None and claim.attempt == 1 and not claim.resumed
+    await backend.update_run(rec.id, 1, status="running", usage={"input_tokens": 3})
+    got = await backend.get_run(rec.id)
+    assert got is not None and got.status == "running" and got.usage == {"input_tokens": 3}
+    with pytest.raises(FencedOut):
+        await backend.update_run(rec.id, 0, status="failed")
+
+
+async def test_list_newest_first_paginated_and_filtered(backend: Backend) -> None:
+    recs = [record(metadata={"team": "a" if i % 2 else "b"}) for i in range(7)]
+    for r in recs:
+        await backend.create_run(r)
+    await backend.create_run(record(tenant="other"))
+    newest_first = [r.id for r in reversed(recs)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await backend.list_runs("t1", status=None, metadata={}, limit=3, cursor=cursor)
+        seen += [r.id for r in page.runs]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == newest_first
+    page = await backend.list_runs("t1", status=None, metadata={"team": "a"}, limit=2,
+                                   cursor=None)
+    assert [r.id for r in page.runs] == [r.id for r in reversed(recs) if
+                                         r.metadata["team"] == "a"][:2]
+    page2 = await backend.list_runs("t1", status=None, metadata={"team": "a"}, limit=2,
+                                    cursor=page.next_cursor)
+    assert [r.id for r in page2.runs] == [recs[1].id] and page2.next_cursor is None
+    done = await backend.list_runs("t1", status="completed", metadata={}, limit=5, cursor=None)
+    assert done.runs == [] and done.next_cursor is None
+
+
+async def test_idempotency(backend: Backend) -> None:
+    first, created = await backend.create_run(record(), idempotency_key="k", request_hash="h1")
+    again, created2 = await backend.create_run(record(), idempotency_key="k", request_hash="h1")
+    assert created and not created2 and again.id == first.id
+    with pytest.raises(IdempotencyConflict):
+        await backend.create_run(record(), idempotency_key="k", request_hash="h2")
+    other, created3 = await backend.create_run(record(tenant="t2"), idempotency_key="k",
+                                               request_hash="h2")
+    assert created3 and other.id != first.id
