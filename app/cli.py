@@ -1,0 +1,86 @@
+"""The ``agentloop`` command.
+
+    agentloop                       same as ``agentloop serve``
+    agentloop serve [--host H] [--port P] [--no-worker]
+                                    the HTTP API, with an embedded worker unless --no-worker
+    agentloop worker                a worker only (scale these out beside ``serve --no-worker``)
+
+SIGTERM/SIGINT stop gracefully: uvicorn drains the API; the worker stops taking runs and
+checkpoints and releases the ones it is driving so another worker resumes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+
+import uvicorn
+
+from app.config import Settings, load_settings
+from app.logs import setup_logging
+from app.main import create_app
+from app.services import open_services
+
+log = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentloop", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the HTTP API (and a worker)")
+    serve.add_argument("--host", help="bind address (AGENTLOOP_HOST)")
+    serve.add_argument("--port", type=int, help="port (AGENTLOOP_PORT)")
+    serve.add_argument("--no-worker", action="store_true", help="API only; runs go to workers")
+    sub.add_parser("worker", help="run a worker only")
+    return parser
+
+
+def serve(settings: Settings, *, host: str | None, port: int | None, worker: bool) -> None:
+    """Run the API under uvicorn (uvloop + httptools)."""
+    app = create_app(settings, worker=worker)
+    config = uvicorn.Config(app, host=host or settings.host, port=port or settings.port,
+                            loop="uvloop", http="httptools", log_config=None,
+                            proxy_headers=True, timeout_graceful_shutdown=30)
+    uvicorn.Server(config).run()
+
+
+async def _worker_main(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with open_services(settings, worker=True) as services:
+        stopped = asyncio.create_task(stop.wait())
+        waiting: set[asyncio.Task[object]] = {stopped}
+        if services.worker is not None:
+            waiting.add(services.worker)
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        log.info("worker stopping: releasing running runs")
+
+
+def run_worker_process(settings: Settings) -> None:
+    """Run a worker until SIGTERM/SIGINT."""
+    import uvloop
+
+    uvloop.run(_worker_main(settings))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``agentloop`` console script."""
+    args = _parser().parse_args(argv)
+    settings = load_settings()
+    setup_logging(settings.log_level, settings.log_format)
+    if args.command == "worker":
+        run_worker_process(settings)
+    elif args.command == "serve":
+        serve(settings, host=args.host, port=args.port, worker=not args.no_worker)
+    else:
+        serve(settings, host=None, port=None, worker=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Service settings: the only module that reads the environment (and ``.env``).
+
+Every ``AGENTLOOP_*`` variable is a field of ``Settings`` (documented in docs/CONFIG.md). Provider
+credentials (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``AWS_*``, a profile's key variable …)
+are not fields: ``provider_env()`` snapshots the process environment, overlaid on ``.env``, and
+the catalog and the tool gating read that mapping instead of ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from dotenv import dotenv_values
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class Settings(BaseSettings):
+    """``AGENTLOOP_<FIELD>`` configures each field; ``.env`` in the working directory too."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTLOOP_", env_file=".env",
+                                      extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    redis_url: str | None = None
+    """Unset: the in-process memory backend (one process, nothing survives a restart)."""
+    default_model: str | None = None
+    """Unset: the first provider with a key (openai, anthropic, gemini), else ``demo:echo``."""
+    api_keys: str = ""
+    """``key1:tenantA,key2:tenantB``; empty (and no file) turns auth off."""
+    api_keys_file: Path | None = None
+    stream_token_secret: str | None = None
+    stream_token_ttl: int = Field(default=900, ge=1)
+    cors_origins: str = ""
+    max_body_bytes: int = Field(default=MiB, ge=1)
+    run_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    worker_concurrency: int = Field(default=100, ge=1)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    heartbeat_seconds: float = Field(default=10.0, gt=0)
+    sse_ping_seconds: float = Field(default=15.0, gt=0)
+    tool_modules: str = ""
+    disabled_tools: str = ""
+    tool_timeout: float = Field(default=120.0, gt=0)
+    max_result_chars: int = Field(default=32_000, ge=100)
+    workspace_root: Path | None = None
+    workspace: Path | None = None
+    unsafe_code_tools: bool = False
+    code_timeout_max: float = Field(default=300.0, gt=0)
+    fetch_allow_private: bool = False
+    provider_retries: int = Field(default=4, ge=1)
+    provider_connect_timeout: float = Field(default=10.0, gt=0)
+    provider_read_timeout: float = Field(default=300.0, gt=0)
+    openai_profiles: str = ""
+    """JSON ``{"name": {"base_url", "api_key_env"?, "protocol"?}}`` of OpenAI-compatible servers."""
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+
+    @field_validator("openai_profiles")
+    @classmethod
+    def _profiles_are_json(cls, value: str) -> str:
+        if value.strip():
+            parsed = orjson.loads(value)
+            if not isinstance(parsed, dict):
+                raise ValueError("AGENTLOOP_OPENAI_PROFILES must be a JSON object")
+        return value
+
+    def api_key_map(self) -> dict[str, str]:
+        """API key → tenant, from ``api_keys`` and ``api_keys_file`` (one ``key:tenant`` a line)."""
+        entries = _split(self.api_keys)
+        if self.api_keys_file is not None:
+            lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            entries += [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+        out: dict[str, str] = {}
+        for entry in entries:
+            key, sep, tenant = entry.rpartition(":")
+            if not sep or not key or not tenant:
+                raise ValueError("API keys must look like 'key:tenant'")
+            out[key] = tenant
+        return out
+
+    def cors_origin_list(self) -> list[str]:
+        """Allowed CORS origins (``*`` allowed)."""
+        return _split(self.cors_origins)
+
+    def tool_module_list(self) -> list[str]:
+        """Modules imported at start-up so their ``@function`` tools register."""
+        return _split(self.tool_modules)
+
+    def disabled_tool_list(self) -> list[str]:
+        """Tool or toolset names the operator removed from every menu."""
+        return _split(self.disabled_tools)
+
+    def profile_map(self) -> dict[str, dict[str, Any]]:
+        """The parsed ``openai_profiles``."""
+        return orjson.loads(self.openai_profiles) if self.openai_profiles.strip() else {}
+
+
+def provider_env() -> dict[str, str]:
+    """Provider credentials and other variables tools may require: ``.env`` under the process
+    environment (the process wins)."""
+    env = {k: v for k, v in dotenv_values(".env").items() if v is not None} if Path(
+        ".env").is_file() else {}
+    env.update(os.environ)
+    return env
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with keyword overrides (tests, the CLI)."""
+    return Settings(**overrides)

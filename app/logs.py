@@ -1,0 +1,86 @@
+"""Logging set-up: one JSON object per line (or plain text), carrying ``run_id`` and ``tenant``.
+
+``bind(run_id=..., tenant=...)`` sets them for the current task (a context variable, so the
+worker's concurrent runs and concurrent requests do not mix); ``log.info(..., extra={"run_id":
+...})`` works too. API keys are never passed to a logger.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import orjson
+
+_FIELDS = ("run_id", "tenant")
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "agentloop_log", default=None)
+
+
+@contextmanager
+def bind(**fields: str | None) -> Iterator[None]:
+    """Attach ``run_id``/``tenant`` to every record logged inside the block."""
+    token = _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Copies the bound fields onto each record (an explicit ``extra`` wins)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in (_context.get() or {}).items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "message", "run_id"?, "tenant"?, "exc"?}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in _FIELDS:
+            value = getattr(record, key, None)
+            if value:
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """Human-readable lines with the bound fields appended."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = " ".join(f"{k}={getattr(record, k)}" for k in _FIELDS if getattr(record, k, None))
+        return f"{line} [{extra}]" if extra else line
+
+
+def setup_logging(level: str = "INFO", fmt: str = "json") -> None:
+    """Configure the root logger (and uvicorn's) once per process."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(ContextFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True

@@ -1,0 +1,61 @@
+"""The FastAPI application: routes, error handlers, body guard, CORS and the lifespan.
+
+``create_app(settings, backend=..., resolve_provider=...)`` builds an app (tests inject a backend
+and a provider resolver); ``app_factory`` is what uvicorn loads
+(``uvicorn --factory app.main:app_factory``). The lifespan owns the shared ``httpx.AsyncClient``,
+the backend, the provider catalog, the tool registry set-up and (unless ``worker=False``) the
+embedded worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from app.backends.base import Backend
+from app.config import Settings, load_settings
+from app.errors import install_error_handlers
+from app.limits import BodyGuard
+from app.logs import setup_logging
+from app.routes import events, health, queue, runs, tools
+from app.run_requests import ResolveProvider
+from app.services import open_services
+
+API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
+
+
+def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
+               resolve_provider: ResolveProvider | None = None,
+               worker: bool = True) -> FastAPI:
+    """The app; nothing is started until its lifespan runs."""
+    cfg = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_services(cfg, backend=backend, resolve_provider=resolve_provider,
+                                 worker=worker) as services:
+            app.state.services = services
+            yield
+
+    app = FastAPI(title="agentloop", version="1", description=API_DESCRIPTION,
+                  lifespan=lifespan)
+    install_error_handlers(app)
+    for module in (runs, events, queue, tools, health):
+        app.include_router(module.router)
+    app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
+    origins = cfg.cors_origin_list()
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["Location"],
+                           allow_credentials="*" not in origins)
+    return app
+
+
+def app_factory() -> FastAPI:
+    """The app from the environment (for ``uvicorn --factory``)."""
+    settings = load_settings()
+    setup_logging(settings.log_level, settings.log_format)
+    return create_app(settings)

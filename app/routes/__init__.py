@@ -1,0 +1,1 @@
+"""Thin endpoint modules; each exposes ``router``."""

@@ -1,0 +1,25 @@
+"""Request dependencies shared by the endpoint modules: the services and the caller."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.auth import Principal
+from app.services import Services
+
+
+def get_services(request: Request) -> Services:
+    """The process's services (set by the lifespan)."""
+    services: Services = request.app.state.services
+    return services
+
+
+def get_principal(request: Request) -> Principal:
+    """The authenticated caller (API key only; stream tokens are for the events route)."""
+    return get_services(request).auth.authenticate(request)
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

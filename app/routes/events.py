@@ -1,0 +1,38 @@
+"""``GET /runs/{id}/events``: the run's events as server-sent events (see ``app/sse.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette import EventSourceResponse
+
+from app.errors import ApiError
+from app.routes.deps import ServicesDep
+from app.run_view import load_run
+from app.sse import event_stream
+
+router = APIRouter(tags=["events"])
+
+
+def _seq(value: str | None, field: str) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isdigit():
+        raise ApiError(422, "validation_error", f"{field} must be a non-negative integer", field)
+    return int(value)
+
+
+@router.get("/runs/{run_id}/events", response_class=EventSourceResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "id: seq, event: type, data: the event's JSON"}})
+async def run_events(run_id: str, request: Request, svc: ServicesDep,
+                     after: Annotated[str | None, Query(description="resume after seq")] = None,
+                     token: Annotated[str | None, Query(description="stream token")] = None,
+                     last_event_id: Annotated[str | None, Header()] = None) -> EventSourceResponse:
+    """Replay the run's events (after ``Last-Event-ID`` or ``?after=``), then tail them live;
+    the stream closes after ``agent_end``. ``?token=`` accepts the run's stream token."""
+    who = svc.auth.authenticate(request, stream_run_id=run_id)
+    await load_run(svc.backend, run_id, who.tenant)
+    start = max(_seq(after, "after"), _seq(last_event_id, "Last-Event-ID"))
+    return event_stream(svc.backend, run_id, start, ping=svc.settings.sse_ping_seconds)

@@ -1,0 +1,85 @@
+"""Steering and follow-up queues of a run: add, list, withdraw.
+
+Each change is also written to the run's event log (``message_queued`` / ``message_withdrawn``)
+so every subscriber sees it in order with the loop's own events.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Response
+
+from app import metrics
+from app.backends.base import TERMINAL, RunNotFound
+from app.errors import ApiError
+from app.events import MessageQueued, MessageWithdrawn
+from app.logs import bind
+from app.queues import QueuedMessage, QueueKind
+from app.routes.deps import PrincipalDep, ServicesDep
+from app.run_requests import user_message
+from app.run_view import load_run
+from app.schemas import Queued, QueueItem, QueueList, QueueMessageIn
+from app.services import Services
+from providers.messages import dump_message
+
+router = APIRouter(tags=["queue"])
+
+
+async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
+                   body: QueueMessageIn) -> Queued:
+    record = await load_run(svc.backend, run_id, tenant)
+    if record.status in TERMINAL:
+        raise ApiError(409, "run_ended", f"run {run_id} has ended ({record.status})")
+    item = QueuedMessage(id=f"msg_{uuid.uuid4().hex}", message=user_message(body.content))
+    with bind(run_id=run_id, tenant=tenant):
+        position = await svc.backend.enqueue(run_id, kind, item)
+        await svc.backend.append_service_event(run_id, MessageQueued(message_id=item.id,
+                                                                     kind=kind))
+    metrics.QUEUE_DEPTH.labels(kind=kind).inc()
+    return Queued(message_id=item.id, kind=kind, position=position)
+
+
+@router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued)
+async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
+                who: PrincipalDep) -> Queued:
+    """Queue a steering message: injected after the running tool (remaining picks skipped)."""
+    return await _enqueue(svc, who.tenant, run_id, "steer", body)
+
+
+@router.post("/runs/{run_id}/follow_up", status_code=202, response_model=Queued)
+async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
+                    who: PrincipalDep) -> Queued:
+    """Queue a follow-up message: taken when the loop would otherwise stop."""
+    return await _enqueue(svc, who.tenant, run_id, "follow_up", body)
+
+
+@router.get("/runs/{run_id}/queue", response_model=QueueList)
+async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueList:
+    """Messages still waiting, steering first, oldest first."""
+    await load_run(svc.backend, run_id, who.tenant)
+    items: list[QueueItem] = []
+    positions = {"steer": 0, "follow_up": 0}
+    for kind, queued in await svc.backend.list_queue(run_id):
+        positions[kind] += 1
+        content = dump_message(queued.message)["content"]
+        items.append(QueueItem(message_id=queued.id, kind=kind, position=positions[kind],
+                               content=content))
+    return QueueList(messages=items)
+
+
+@router.delete("/runs/{run_id}/queue/{message_id}", status_code=204,
+               responses={404: {"description": "no such run or message"},
+                          409: {"description": "the loop already took the message"}})
+async def withdraw(run_id: str, message_id: str, svc: ServicesDep,
+                   who: PrincipalDep) -> Response:
+    """Withdraw a message the loop has not taken yet."""
+    await load_run(svc.backend, run_id, who.tenant)
+    try:
+        kind = await svc.backend.withdraw(run_id, message_id)
+    except RunNotFound as exc:
+        raise ApiError(404, "message_not_found", f"no queued message {message_id}") from exc
+    await svc.backend.append_service_event(run_id, MessageWithdrawn(message_id=message_id,
+                                                                    kind=kind))
+    metrics.QUEUE_DEPTH.labels(kind=kind).dec()
+    return Response(status_code=204)

@@ -1,0 +1,96 @@
+"""``/runs``: create, read, list and cancel runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from app import metrics
+from app.backends.base import TERMINAL, RunRecord
+from app.errors import ApiError
+from app.logs import bind
+from app.routes.deps import PrincipalDep, ServicesDep
+from app.run_requests import check_model, check_tools, request_hash, stored_request
+from app.run_view import load_run, run_object
+from app.schemas import CreateRun, Run, RunList
+
+router = APIRouter(tags=["runs"])
+_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+
+
+def new_run_id() -> str:
+    """A fresh, unguessable run id."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+@router.post("/runs", status_code=201, response_model=Run,
+             responses={200: {"model": Run, "description": "idempotent repeat"}})
+async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
+                     who: PrincipalDep,
+                     idempotency_key: Annotated[str | None, Header()] = None) -> Run:
+    """Start a run; it proceeds on a worker while this returns."""
+    model = body.model or svc.default_model
+    check_model(model, svc.resolve_provider)
+    check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
+                env=svc.env)
+    record = RunRecord(id=new_run_id(), tenant=who.tenant, model=model,
+                       created_at=time.time(), metadata=dict(body.metadata),
+                       request=stored_request(body, model))
+    key = f"{who.tenant}:{idempotency_key}" if idempotency_key else None
+    digest = request_hash({"tenant": who.tenant, "body": body.model_dump(mode="json")})
+    record, created = await svc.backend.create_run(record, idempotency_key=key,
+                                                   request_hash=digest)
+    with bind(run_id=record.id, tenant=who.tenant):
+        if created:
+            metrics.RUNS_CREATED.inc()
+        else:
+            response.status_code = 200
+    response.headers["Location"] = f"/runs/{record.id}"
+    run = await run_object(svc.backend, record)
+    run.stream_token = svc.auth.issue_token(record.id, who.tenant)
+    return run
+
+
+@router.get("/runs/{run_id}", response_model=Run, response_model_exclude={"stream_token"})
+async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
+    """One of the caller's runs."""
+    return await run_object(svc.backend, await load_run(svc.backend, run_id, who.tenant))
+
+
+def _metadata_filters(request: Request) -> dict[str, str]:
+    return {k.removeprefix("metadata."): v for k, v in request.query_params.items()
+            if k.startswith("metadata.") and len(k) > len("metadata.")}
+
+
+@router.get("/runs", response_model=RunList, response_model_exclude={"runs": {"__all__": {
+    "stream_token"}}})
+async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
+                    status: str | None = None,
+                    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                    cursor: str | None = None) -> RunList:
+    """The caller's runs, newest first; filter by ``status`` and ``metadata.<key>=<value>``."""
+    if status is not None and status not in _STATUSES:
+        raise ApiError(422, "validation_error", f"status must be one of {', '.join(_STATUSES)}",
+                       "status")
+    try:
+        page = await svc.backend.list_runs(who.tenant, status=status,
+                                           metadata=_metadata_filters(request), limit=limit,
+                                           cursor=cursor)
+    except ValueError as exc:
+        raise ApiError(422, "validation_error", "invalid cursor", "cursor") from exc
+    runs = await asyncio.gather(*(run_object(svc.backend, r) for r in page.runs))
+    return RunList(runs=list(runs), next_cursor=page.next_cursor)
+
+
+@router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
+             response_model_exclude={"stream_token"})
+async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
+    """Abort the run (idempotent; a no-op once it has ended)."""
+    record = await load_run(svc.backend, run_id, who.tenant)
+    if record.status not in TERMINAL:
+        await svc.backend.request_cancel(run_id)
+    return await run_object(svc.backend, record)

@@ -1,0 +1,23 @@
+"""``GET /tools``: what a caller may put on a run's menu."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.routes.deps import PrincipalDep, ServicesDep
+from app.schemas import ToolInfo
+from tool_registry import build_menu
+
+router = APIRouter(tags=["tools"])
+
+
+@router.get("/tools", response_model=list[ToolInfo])
+async def list_tools(svc: ServicesDep, who: PrincipalDep) -> list[ToolInfo]:
+    """Every tool the full menu offers (deferred ones included), with its toolsets."""
+    menu = build_menu(toolset="full", disabled=svc.settings.disabled_tool_list(),
+                      registry=svc.registry, env=svc.env)
+    return [ToolInfo(name=name, description=tool.spec.description,
+                     parameters=dict(tool.spec.parameters),
+                     toolsets=[t for t in svc.registry.toolsets_of(name) if t != "full"],
+                     deferred=name in menu.deferred)
+            for name, tool in sorted(menu.tools.items())]

@@ -1,0 +1,58 @@
+"""The Run object (API.md) from a stored ``RunRecord``, its checkpoint and its queues."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from app.backends.base import Backend, RunNotFound, RunRecord
+from app.run_requests import input_messages
+from app.schemas import QueueCounts, Run
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+              "total_tokens")
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """Epoch seconds → RFC 3339 UTC with milliseconds (None stays None)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def events_url(run_id: str) -> str:
+    """Where the run's event stream is."""
+    return f"/runs/{run_id}/events"
+
+
+async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
+    """The tenant's run; ``RunNotFound`` (404) for a missing run or another tenant's."""
+    record = await backend.get_run(run_id)
+    if record is None or record.tenant != tenant:
+        raise RunNotFound(run_id)
+    return record
+
+
+async def run_object(backend: Backend, record: RunRecord) -> Run:
+    """The API view of ``record``: input plus checkpointed messages, queue counts."""
+    added, queue = await asyncio.gather(backend.load_checkpoint(record.id),
+                                        backend.queue_lengths(record.id))
+    messages = [*_context_messages(record), *added]
+    created = rfc3339(record.created_at)
+    assert created is not None
+    return Run(
+        id=record.id, status=record.status, model=record.model, created_at=created,
+        started_at=rfc3339(record.started_at), ended_at=rfc3339(record.ended_at),
+        stop_reason=record.stop_reason, error=record.error, result=record.result,
+        usage={k: int(record.usage.get(k, 0)) for k in USAGE_KEYS}, messages=messages,
+        metadata=dict(record.metadata),
+        queue=QueueCounts(steer=queue.get("steer", 0), follow_up=queue.get("follow_up", 0)),
+        events_url=events_url(record.id))
+
+
+def _context_messages(record: RunRecord) -> list[dict[str, object]]:
+    """The part of the input the loop does not re-add: a list input is the context the loop
+    continues; a string input becomes the loop's prompt, which the checkpoint records."""
+    value = record.request.get("input")
+    return [] if isinstance(value, str) else input_messages(record.request)

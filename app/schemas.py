@@ -1,0 +1,128 @@
+"""Request and response bodies of the HTTP API (API.md). Field shapes only: references to
+models, tools and messages are checked in ``app/run_requests.py``.
+
+Unknown fields in request bodies are refused (422), so a misspelt option is never silently
+ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+QueueModeField = Literal["one-at-a-time", "all"]
+
+
+class ForcedChoice(BaseModel):
+    """``tool_choice`` forcing one function."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+
+
+class CreateRun(BaseModel):
+    """``POST /runs`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, description="provider:model; server default if unset")
+    input: str | list[dict[str, Any]] = Field(description="a user message, or a conversation")
+    system: str | None = None
+    tools: list[str] | None = None
+    toolset: str | None = None
+    tools_source: str = "api"
+    tools_allow: list[str] | None = None
+    tools_deny: list[str] | None = None
+    tool_choice: Literal["auto", "required", "none"] | ForcedChoice = "auto"
+    reset_tool_choice: StrictBool = True
+    parallel_tool_calls: StrictBool | None = None
+    max_iterations: StrictInt | None = 20
+    steering_mode: QueueModeField = "one-at-a-time"
+    follow_up_mode: QueueModeField = "one-at-a-time"
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class QueueCounts(BaseModel):
+    """Waiting messages per queue."""
+
+    steer: int = 0
+    follow_up: int = 0
+
+
+class Run(BaseModel):
+    """The Run object."""
+
+    id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    model: str
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    stop_reason: str | None
+    error: str | None
+    result: str | None
+    usage: dict[str, int]
+    messages: list[dict[str, Any]]
+    metadata: dict[str, str]
+    queue: QueueCounts
+    events_url: str
+    stream_token: str | None = Field(default=None, description="only on POST /runs")
+
+
+class RunList(BaseModel):
+    """``GET /runs``: newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
+
+    runs: list[Run]
+    next_cursor: str | None
+
+
+class QueueMessageIn(BaseModel):
+    """``POST /runs/{id}/steer`` and ``/follow_up`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: str | list[dict[str, Any]]
+
+
+class Queued(BaseModel):
+    """A message accepted into a queue."""
+
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    position: int
+
+
+class QueueItem(BaseModel):
+    """A message still waiting in a queue."""
+
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    position: int
+    content: str | list[dict[str, Any]]
+
+
+class QueueList(BaseModel):
+    """``GET /runs/{id}/queue``: steering first, oldest first."""
+
+    messages: list[QueueItem]
+
+
+class ToolInfo(BaseModel):
+    """One entry of ``GET /tools``."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    toolsets: list[str]
+    deferred: bool
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz``."""
+
+    status: Literal["ok", "ready", "unavailable"]
+    backend: str | None = None
+    sandbox: str | None = None

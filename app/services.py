@@ -1,0 +1,147 @@
+"""The shared resources of one process: HTTP client, backend, provider catalog, tools, worker.
+
+``open_services`` is an async context manager used by the API's lifespan and by ``agentloop
+worker``: it builds everything from ``Settings`` (or takes an injected backend and provider
+resolver, for tests), and on exit stops the worker (which checkpoints and releases its running
+runs) before closing the backend and the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.auth import Authenticator
+from app.backends.base import Backend
+from app.config import Settings, provider_env
+from app.run_requests import ResolveProvider
+from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
+from tool_registry import Registry, default_registry, import_tool_modules
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Services:
+    """Everything a request handler or the worker needs."""
+
+    settings: Settings
+    backend: Backend
+    auth: Authenticator
+    resolve_provider: ResolveProvider
+    default_model: str
+    env: dict[str, str]
+    registry: Registry = field(default_factory=lambda: default_registry)
+    client: httpx.AsyncClient | None = None
+    worker: asyncio.Task[None] | None = None
+
+
+def provider_settings(settings: Settings) -> ProviderSettings:
+    """The catalog's settings from ours (profiles merged over the built-in ones)."""
+    profiles = builtin_profiles()
+    for name, spec in settings.profile_map().items():
+        profiles[name] = Profile(**spec)
+    return ProviderSettings(retry_attempts=settings.provider_retries,
+                            connect_timeout=settings.provider_connect_timeout,
+                            read_timeout=settings.provider_read_timeout, profiles=profiles)
+
+
+def make_store(settings: Settings) -> Backend:
+    """The backend the settings name (memory when ``redis_url`` is unset)."""
+    from app.backends import make_backend
+
+    return make_backend(settings.redis_url, lease=settings.lease_seconds,
+                        run_ttl=settings.run_ttl)
+
+
+def load_tools(settings: Settings) -> str:
+    """Register built-in and operator tools, configure the built-ins; returns the sandbox mode."""
+    import tool_registry.builtin as builtin
+    from tool_registry.builtin.settings import BuiltinSettings
+
+    import_tool_modules(settings.tool_module_list())
+    extra: dict[str, Any] = {}
+    if settings.workspace_root is not None:
+        extra["workspace_root"] = Path(settings.workspace_root)
+    builtin.configure(BuiltinSettings(
+        shared_workspace=settings.workspace, unsafe_code_tools=settings.unsafe_code_tools,
+        code_timeout_max=settings.code_timeout_max,
+        fetch_allow_private=settings.fetch_allow_private, **extra))
+    return str(builtin.sandbox_mode())
+
+
+def worker_name() -> str:
+    """A name unique to this process."""
+    import os
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None]:
+    from app.worker import run_worker
+
+    coro = run_worker(svc.backend, resolve_provider=svc.resolve_provider, settings=svc.settings,
+                      registry=svc.registry, env=svc.env, name=worker_name(), stop=stop)
+    return asyncio.create_task(coro, name="agentloop-worker")
+
+
+def _log_startup(svc: Services, sandbox: str, worker: bool) -> None:
+    demo = " (the offline demo: no provider key is set)" if svc.default_model.startswith(
+        "demo:") else ""
+    log.info("agentloop starting: backend=%s default_model=%s%s sandbox=%s worker=%s",
+             svc.backend.name, svc.default_model, demo, sandbox, "on" if worker else "off")
+    if svc.auth.enabled:
+        log.info("auth on: API keys required (stream tokens for event streams)")
+    else:
+        log.warning("AUTH IS OFF: no AGENTLOOP_API_KEYS configured; every caller is tenant "
+                    "'default'. Do not expose this server.")
+
+
+@asynccontextmanager
+async def open_services(settings: Settings, *, backend: Backend | None = None,
+                        resolve_provider: ResolveProvider | None = None,
+                        worker: bool = True) -> AsyncIterator[Services]:
+    """Build, start and finally close the process's shared resources."""
+    env = provider_env()
+    psettings = provider_settings(settings)
+    async with httpx.AsyncClient(http2=True, timeout=psettings.timeout()) as client:
+        catalog = Catalog(client, env, psettings)
+        store = backend if backend is not None else make_store(settings)
+        auth = Authenticator(settings.api_key_map(), secret=settings.stream_token_secret,
+                             token_ttl=settings.stream_token_ttl)
+        svc = Services(settings=settings, backend=store, auth=auth,
+                       resolve_provider=resolve_provider or catalog.resolve,
+                       default_model=settings.default_model or default_model(env), env=env,
+                       client=client)
+        sandbox = load_tools(settings)
+        await store.start()
+        stop = asyncio.Event()
+        try:
+            if worker:
+                svc.worker = await _start_worker(svc, stop)
+            _log_startup(svc, sandbox, worker)
+            yield svc
+        finally:
+            stop.set()
+            if svc.worker is not None:
+                await _stop_worker(svc.worker, svc.settings.lease_seconds)
+            await store.close()
+
+
+async def _stop_worker(task: asyncio.Task[None], grace: float) -> None:
+    """Wait for the worker to release its runs; cancel it if it takes longer than ``grace``."""
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout=grace)
+    except TimeoutError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    except Exception:
+        log.exception("worker failed")
