@@ -9,9 +9,9 @@ SSE (``data: {chunk}`` frames, a usage chunk when ``stream_options.include_usage
 ``data: [DONE]``); other requests get one ``chat.completion`` object. ``GET /v1/models`` lists the
 one model; ``GET /stats`` counts the requests served (the harness checks calls per run with it).
 
-Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses: measured at
-a fraction of the CPU of a uvicorn app, so the fake is never the bottleneck. With ``--delay-ms 0``
-each response leaves in one write.
+Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses; with
+``--delay-ms 0`` each response leaves in one write. The harness reports this process's CPU per run
+next to the servers', so it can be seen not to be the bottleneck.
 """
 
 from __future__ import annotations
@@ -172,7 +172,10 @@ class FakeLLM:
         if not body.get("stream"):
             self._reply(writer, 200, completion(body))
             return
-        frames = [_frame(_dumps(c)) for c in stream_chunks(body)] + [_frame(b"[DONE]")]
+        chunks = stream_chunks(body)
+        frames = [_frame(_dumps(c)) for c in chunks] + [_frame(b"[DONE]")]
+        # the pause comes between deltas; finish, usage and [DONE] follow the last one at once
+        n_deltas = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"])
         if not self.delay:
             writer.write(_SSE_HEAD + b"".join(frames) + _LAST_CHUNK)
             return
@@ -180,7 +183,7 @@ class FakeLLM:
         try:
             writer.write(_SSE_HEAD)
             for i, frame in enumerate(frames):
-                if i:
+                if 0 < i < n_deltas:
                     await asyncio.sleep(self.delay)
                 writer.write(frame)
                 await writer.drain()
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
-    p.add_argument("--delay-ms", type=float, default=0.0, help="pause before each delta")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="pause between deltas")
     args = p.parse_args(argv)
     if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
         p.error("loopback addresses only")

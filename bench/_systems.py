@@ -1,0 +1,125 @@
+"""How each benchmarked system is installed and started against the fake LLM.
+
+- ``agentloop`` / ``agentloop-redis``: this checkout, ``agentloop serve`` (or uvicorn on
+  ``app.main:app`` while the console script is missing), the memory backend or a throw-away
+  redis-server whose CPU and memory count as the system's.
+- ``langgraph``: LangGraph Server (``langgraph dev``, in-memory runtime) in its own virtualenv
+  under bench/.peer/, serving bench/peer_langgraph/agent.py (the prebuilt ReAct agent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from bench._procs import ROOT, Proc, free_port, start, start_redis, wait_http
+
+PEER = ROOT / "bench" / ".peer"
+PEER_VENV = PEER / "venv"
+PEER_APP = PEER / "app"  # a copy of bench/peer_langgraph: langgraph dev writes state beside it
+# Pinned so that a re-run measures the same peer; bump together and re-measure.
+PEER_REQUIREMENTS = ["langgraph-cli[inmem]==0.4.40", "langgraph-api==0.16.7",
+                     "langgraph==1.2.24", "langgraph-prebuilt==1.1.3",
+                     "langchain-openai==1.7.4", "langchain-core==1.8.3"]
+PEER_JOBS_PER_WORKER = 10  # `langgraph dev` runs one run at a time without it; 10 was its best
+AGENTLOOP_SYSTEMS = ("agentloop", "agentloop-redis")
+SYSTEMS = (*AGENTLOOP_SYSTEMS, "langgraph")
+QUIET_ENV = {"LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
+             "LANGSMITH_TRACING_V2": "false", "LANGCHAIN_TRACING_V2": "false",
+             "LANGCHAIN_TRACING": "false", "LANGSMITH_API_KEY": "", "LANGCHAIN_API_KEY": "",
+             "DO_NOT_TRACK": "1", "LANGGRAPH_NO_BROWSER": "1"}
+
+
+def _base_env() -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def ensure_peer() -> None:
+    """Create bench/.peer/venv and install the pinned peer (skipped when already done)."""
+    marker = PEER_VENV / "bench-requirements.txt"
+    wanted = "\n".join(PEER_REQUIREMENTS) + "\n"
+    if marker.is_file() and marker.read_text() == wanted:
+        return
+    PEER.mkdir(parents=True, exist_ok=True)
+    if not (PEER_VENV / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+    pip = [str(PEER_VENV / "bin" / "python"), "-m", "pip", "install", "-q",
+           "--disable-pip-version-check"]
+    subprocess.run([*pip, *PEER_REQUIREMENTS], check=True)
+    marker.write_text(wanted)
+
+
+def peer_versions() -> dict[str, str]:
+    code = ("import importlib.metadata as m;"
+            "print(';'.join(f'{d}={m.version(d)}' for d in ('langgraph', 'langgraph-api', "
+            "'langgraph-cli', 'langgraph-runtime-inmem', 'langchain-openai', 'langchain-core')))")
+    try:
+        out = subprocess.run([str(PEER_VENV / "bin" / "python"), "-c", code], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return dict(pair.split("=", 1) for pair in out.split(";"))
+
+
+def agentloop_argv(port: int) -> list[str]:
+    """The console script when the CLI module exists, else uvicorn on the app factory's module."""
+    script = ROOT / ".venv" / "bin" / "agentloop"
+    if script.exists() and (ROOT / "app" / "cli.py").exists():
+        return [str(script), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning", "--no-access-log"]
+
+
+def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
+                    name: str = "agentloop") -> Proc:
+    """agentloop against ``fake``; with ``redis`` a fresh redis-server rides along in ``extra``."""
+    env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
+                         "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
+                         "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
+                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    redis_proc = start_redis() if redis else None
+    if redis_proc is not None:
+        env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
+    env |= extra_env or {}
+    port = free_port()
+    proc = start(name, agentloop_argv(port), port, env=env, cwd=ROOT)
+    if redis_proc is not None:
+        proc.extra.append(redis_proc)
+    try:
+        wait_http(proc, "/healthz", 30)
+    except Exception:
+        proc.stop()
+        raise
+    return proc
+
+
+def start_langgraph(fake: Proc, jobs_per_worker: int = PEER_JOBS_PER_WORKER) -> Proc:
+    """``langgraph dev`` without reload, browser, tracing or analytics, on a copy of the graph."""
+    shutil.rmtree(PEER_APP, ignore_errors=True)
+    shutil.copytree(ROOT / "bench" / "peer_langgraph", PEER_APP)
+    env = _base_env() | QUIET_ENV | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1"}
+    port = free_port()
+    argv = [str(PEER_VENV / "bin" / "langgraph"), "dev", "--host", "127.0.0.1", "--port",
+            str(port), "--no-browser", "--no-reload", "--server-log-level", "WARNING",
+            "--n-jobs-per-worker", str(jobs_per_worker), "--config", "langgraph.json"]
+    proc = start("langgraph", argv, port, env=env, cwd=PEER_APP)
+    try:
+        wait_http(proc, "/ok", 90)
+    except Exception:
+        proc.stop()
+        raise
+    return proc
+
+
+def start_system(system: str, fake: Proc) -> Proc:
+    if system == "langgraph":
+        return start_langgraph(fake)
+    return start_agentloop(fake, redis=system == "agentloop-redis")
+
+
+def remove_peer_state() -> None:
+    shutil.rmtree(PEER_APP, ignore_errors=True)
+

@@ -1,0 +1,146 @@
+"""The workload: one run as a frontend drives it, per system, and M of them at concurrency C.
+
+agentloop: ``POST /runs`` then ``GET events_url`` over SSE until the server closes after
+``agent_end``. LangGraph: a stateless ``POST /runs/stream`` with ``stream_mode=["messages"]``,
+read until the body ends. Both: times from just before the create request to the first event,
+the first model delta and the end; events counted; the answer checked (the tool result made it
+into the model's text).
+
+Timeline of one worker (each holds one keep-alive connection)::
+
+    t0 ── POST /runs ── 201 ── GET /events ── agent_start … message_update … agent_end ── next run
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import orjson
+
+from bench._client import Connection, HTTPError
+
+RUN_BODY = {"model": "openai:fake-model", "input": "add 2 and 3", "tools": ["add"]}
+PEER_BODY = {"assistant_id": "agent",
+             "input": {"messages": [{"role": "user", "content": "add 2 and 3"}]},
+             "stream_mode": ["messages"]}
+ANSWER = b"The sum of 2 and 3 is 5."
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """Times in seconds from the create request (``perf_counter`` based)."""
+
+    first_event: float | None = None
+    first_delta: float | None = None
+    end: float | None = None
+    events: int = 0
+    ok: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Workload:
+    records: list[RunRecord] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def events_path(events_url: str) -> str:
+    parts = urlsplit(events_url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+async def create_run(conn: Connection, body: dict[str, object]) -> dict[str, object]:
+    status, data = await conn.request("POST", "/runs", json=body)
+    if status != 201:
+        raise HTTPError(f"POST /runs: {status} {data[:300]!r}")
+    run: dict[str, object] = orjson.loads(data)
+    return run
+
+
+async def agentloop_run(conn: Connection) -> RunRecord:
+    rec = RunRecord()
+    t0 = time.perf_counter()
+    run = await create_run(conn, RUN_BODY)
+    tool_ok = False
+    async for ev in conn.events("GET", events_path(str(run["events_url"]))):
+        rec.events += 1
+        if rec.first_event is None:
+            rec.first_event = ev.at - t0
+        if ev.type == "message_update" and rec.first_delta is None:
+            rec.first_delta = ev.at - t0
+        elif ev.type == "tool_execution_end":
+            tool_ok = ev.json()["is_error"] is False
+        elif ev.type == "agent_end":
+            rec.end = ev.at - t0
+            end = ev.json()
+            rec.ok = tool_ok and end["stop_reason"] == "stop"
+            if not rec.ok:
+                rec.error = f"agent_end {end.get('stop_reason')}: {end.get('error')}"
+    if rec.end is None:
+        rec.error = "stream ended without agent_end"
+    return rec
+
+
+async def langgraph_run(conn: Connection) -> RunRecord:
+    rec = RunRecord()
+    t0 = time.perf_counter()
+    last = b""
+    async for ev in conn.events("POST", "/runs/stream", json=PEER_BODY):
+        rec.events += 1
+        if rec.first_event is None:
+            rec.first_event = ev.at - t0
+        if ev.type == "messages/partial":
+            if rec.first_delta is None:
+                rec.first_delta = ev.at - t0
+            last = ev.data
+        elif ev.type == "error":
+            rec.error = ev.data[:300].decode(errors="replace")
+    rec.end = time.perf_counter() - t0
+    rec.ok = rec.error is None and ANSWER in last
+    if not rec.ok and rec.error is None:
+        rec.error = f"no answer in the last message: {last[:200]!r}"
+    return rec
+
+
+RunFn = Callable[[Connection], Awaitable[RunRecord]]
+
+
+async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *,
+                run_timeout: float = 60.0, total_timeout: float = 600.0) -> Workload:
+    """``runs`` runs, ``concurrency`` at a time; each bounded by ``run_timeout``, all by
+    ``total_timeout`` (runs not started by then are recorded as errors)."""
+    out = Workload()
+    todo = iter(range(runs))
+    deadline = time.perf_counter() + total_timeout
+
+    async def worker() -> None:
+        conn = Connection("127.0.0.1", port)
+        try:
+            for _ in todo:
+                if time.perf_counter() > deadline:
+                    out.records.append(RunRecord(error="total timeout"))
+                    continue
+                try:
+                    async with asyncio.timeout(run_timeout):
+                        rec = await run_fn(conn)
+                except Exception as exc:  # recorded, the worker goes on with a new connection
+                    conn.close()
+                    rec = RunRecord(error=f"{type(exc).__name__}: {exc}"[:300])
+                out.records.append(rec)
+        finally:
+            conn.close()
+
+    t0 = time.perf_counter()
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(min(concurrency, runs)):
+            tg.create_task(worker())
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+RUN_FNS: dict[str, RunFn] = {"agentloop": agentloop_run, "agentloop-redis": agentloop_run,
+                             "langgraph": langgraph_run}
