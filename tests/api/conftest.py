@@ -40,6 +40,7 @@ class Api:
     client: httpx.AsyncClient
     fake: FakeProvider
     backend: Any
+    server: LiveServer
     headers: dict[str, str] = field(default_factory=dict)
 
     async def create(self, expect: int = 201, **body: Any) -> dict[str, Any]:
@@ -47,6 +48,10 @@ class Api:
         resp = await self.client.post("/runs", json=body)
         assert resp.status_code == expect, resp.text
         return resp.json()  # type: ignore[no-any-return]
+
+    async def call(self, coro: Any) -> Any:
+        """Run a coroutine on the server's loop (its backend lives there)."""
+        return await self.server.call(coro)
 
     async def get(self, run_id: str) -> dict[str, Any]:
         resp = await self.client.get(f"/runs/{run_id}")
@@ -83,7 +88,7 @@ async def serve(*, backend: Any = None, worker: bool = True, api_key: str | None
     with LiveServer(app) as server:
         async with httpx.AsyncClient(base_url=server.url, headers=headers,
                                      timeout=httpx.Timeout(10.0)) as client:
-            yield Api(server.url, client, fake, store, headers)
+            yield Api(server.url, client, fake, store, server, headers)
 
 
 @pytest.fixture

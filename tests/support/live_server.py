@@ -8,12 +8,16 @@ Tests talk to it over a real socket (streaming, disconnects and backpressure are
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import uvicorn
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -29,8 +33,18 @@ class LiveServer:
                                 loop="asyncio", http="h11", lifespan="on",
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
         self._startup_timeout = startup_timeout
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.server.serve())
+        self.loop.close()
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the server's loop (e.g. touch its backend) and await the result."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     @property
     def url(self) -> str:

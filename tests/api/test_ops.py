@@ -1,0 +1,47 @@
+"""Health, readiness, metrics, tools, OpenAPI."""
+
+from __future__ import annotations
+
+from app.backends.base import BackendError
+from app.backends.memory import MemoryBackend
+from tests.api.conftest import Api, serve
+
+
+class DownBackend(MemoryBackend):
+    async def ping(self) -> bool:
+        raise BackendError("connection refused")
+
+
+async def test_health_ready_metrics_docs(api_no_worker: Api) -> None:
+    c = api_no_worker.client
+    assert (await c.get("/healthz")).json() == {"status": "ok", "backend": None,
+                                                "sandbox": None}
+    ready = (await c.get("/readyz")).json()
+    assert ready["status"] == "ready" and ready["backend"] == "memory"
+    assert ready["sandbox"] in ("bubblewrap", "unsafe", "disabled")
+    text = (await c.get("/metrics")).text
+    for name in ("agentloop_runs_accepted_total", "agentloop_runs_ended_total",
+                 "agentloop_active_runs", "agentloop_queue_depth",
+                 "agentloop_events_written_total", "agentloop_sse_subscribers",
+                 "agentloop_provider_latency_seconds", "agentloop_tool_latency_seconds"):
+        assert f"# TYPE {name.removesuffix('_total')}" in text, name
+    assert (await c.get("/openapi.json")).json()["paths"]["/runs"]["post"]
+    assert (await c.get("/docs")).status_code == 200
+
+
+async def test_readyz_is_503_when_the_backend_is_down() -> None:
+    async with serve(backend=DownBackend(), worker=False) as api:
+        resp = await api.client.get("/readyz")
+        assert resp.status_code == 503
+        assert resp.json()["status"] == "unavailable"
+        assert (await api.client.get("/healthz")).status_code == 200
+
+
+async def test_tools_lists_the_menu(api_no_worker: Api) -> None:
+    tools = (await api_no_worker.client.get("/tools")).json()
+    by_name = {t["name"]: t for t in tools}
+    assert "read_file" in by_name
+    entry = by_name["read_file"]
+    assert set(entry) == {"name", "description", "parameters", "toolsets", "deferred"}
+    assert entry["parameters"]["type"] == "object"
+    assert "readonly" in entry["toolsets"]
