@@ -114,9 +114,9 @@ def start_langgraph(fake: Proc, jobs_per_worker: int = PEER_JOBS_PER_WORKER) -> 
     return proc
 
 
-def start_system(system: str, fake: Proc) -> Proc:
+def start_system(system: str, fake: Proc, peer_jobs: int = PEER_JOBS_PER_WORKER) -> Proc:
     if system == "langgraph":
-        return start_langgraph(fake)
+        return start_langgraph(fake, peer_jobs)
     return start_agentloop(fake, redis=system == "agentloop-redis")
 
 

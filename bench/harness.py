@@ -41,10 +41,10 @@ def _raise_nofile() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def measure_cell(system: str, fake: Proc, runs: int, concurrency: int,
-                 warmup: int) -> dict[str, Any]:
+def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: int,
+                 peer_jobs: int) -> dict[str, Any]:
     """Start ``system`` fresh, warm it up, measure ``runs`` at ``concurrency``, stop it."""
-    server = _systems.start_system(system, fake)
+    server = _systems.start_system(system, fake, peer_jobs)
     try:
         run_fn = RUN_FNS[system]
         if warmup:
@@ -66,6 +66,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: 40 runs at C=20, 20 steers, 200 open runs")
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--peer-jobs", type=int, default=_systems.PEER_JOBS_PER_WORKER,
+                   help="langgraph dev --n-jobs-per-worker")
     p.add_argument("--steer-runs", type=int, default=50)
     p.add_argument("--open-runs", type=int, default=1000)
     p.add_argument("--skip-steer", action="store_true")
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             for system in args.systems:
                 _say(f"{system}: {args.runs} runs at C={concurrency}")
                 try:
-                    cell = measure_cell(system, fake, args.runs, concurrency, args.warmup)
+                    cell = measure_cell(system, fake, args.runs, concurrency, args.warmup,
+                                        args.peer_jobs)
                 except Exception as exc:
                     cell = {"system": system, "concurrency": concurrency,
                             "failed": f"{type(exc).__name__}: {exc}"[:2000]}
