@@ -90,10 +90,32 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+async def _until_exit(pid: int) -> None:
+    """Return once ``pid`` has exited. Not ``Process.wait()``: on Python 3.11 that also waits
+    for the pipes to close, which a background child holding stdout delays forever."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return  # exited and reaped already
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 async def _wait_exit(proc: asyncio.subprocess.Process, cancel: CancelSignal,
                      time_limit: float) -> str:
     """``"exit"``, ``"timeout"`` or ``"cancel"``, whichever comes first."""
-    waiter = asyncio.ensure_future(proc.wait())
+    waiter = asyncio.ensure_future(_until_exit(proc.pid))
     cancelled = asyncio.ensure_future(cancel.wait())
     try:
         done, _ = await asyncio.wait({waiter, cancelled}, timeout=time_limit,
@@ -109,12 +131,12 @@ async def _wait_exit(proc: asyncio.subprocess.Process, cancel: CancelSignal,
 
 async def _settle(proc: asyncio.subprocess.Process, helpers: list[asyncio.Task[None]]) -> None:
     kill_group(proc.pid)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), 5)
     _, pending = await asyncio.wait(helpers, timeout=1.0)
     for task in pending:  # a child that left our process group may still hold a pipe
         task.cancel()
     await asyncio.gather(*helpers, return_exceptions=True)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 5)
 
 
 async def run_process(command: list[str], ws: Path, *, time_limit: float, progress: Progress,

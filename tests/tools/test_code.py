@@ -1,0 +1,199 @@
+"""Code tools with real processes: scrubbed env, no network, no escape, nothing left running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tools.conftest import ROOT, call, exists, needs_bwrap, text
+from tool_registry import ToolContext, build_menu
+from tool_registry.builtin import sandbox
+from tool_registry.builtin.code import run_python, run_shell
+
+MODES = ["bubblewrap", "unsafe"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request, monkeypatch, configure):
+    """Each test runs in both modes (bubblewrap skipped where unusable)."""
+    if request.param == "bubblewrap" and sandbox.sandbox_mode() != "bubblewrap":
+        pytest.skip("bubblewrap is not usable here (apt-get install -y bubblewrap)")
+    if request.param == "unsafe":
+        monkeypatch.setattr(sandbox, "bwrap_usable", lambda: False)
+    assert sandbox.sandbox_mode() == request.param
+    return request.param
+
+
+def alive(marker: str) -> list[int]:
+    """PIDs whose command line contains ``marker``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                pids.append(int(entry))
+    return pids
+
+
+def unique_sleep() -> str:
+    return f"{1000 + (time.monotonic_ns() % 10**6) / 10**6:.6f}"
+
+
+async def test_environment_is_scrubbed(mode, ctx, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-planted")
+    monkeypatch.setenv("AGENTLOOP_REDIS_URL", "redis://planted")
+    service = f"/proc/{os.getpid()}/environ"  # the service's own environment: not readable
+    result = await call(run_shell, {"command": f"env; cat {service} /proc/1/environ; true"}, ctx)
+    assert "exit code: 0" in text(result)
+    assert "sk-planted" not in text(result) and "planted" not in text(result)
+    assert f"HOME={ctx.workspace}" in text(result)
+    py = await call(run_python, {"code": "import os; print(sorted(os.environ))"}, ctx)
+    assert "OPENAI_API_KEY" not in text(py) and "PATH" in text(py)
+
+
+@needs_bwrap
+async def test_no_network_under_bwrap(ctx):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+                "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e)")
+        result = await call(run_python, {"code": code}, ctx)
+    assert "refused" in text(result) and "CONNECTED" not in text(result)
+
+
+@needs_bwrap
+async def test_cannot_write_outside_under_bwrap(ctx, outside):
+    planted = f"/tmp/agentloop-pwn-{os.getpid()}"
+    cmd = (f"echo x > {outside}/pwn; echo x > {planted}; touch /usr/pwn /etc/pwn; "
+           f"echo y > {outside}/secret.txt; echo inside > ok.txt")
+    result = await call(run_shell, {"command": cmd}, ctx)
+    assert not result.is_error, text(result)
+    assert (ctx.workspace / "ok.txt").read_text() == "inside\n"
+    for path in (f"{outside}/pwn", planted, "/usr/pwn", "/etc/pwn"):
+        assert not exists(path), path
+    assert (outside / "secret.txt").read_text() == "top secret\n"
+
+
+async def test_timeout_kills_the_group_children_included(mode, ctx):
+    marker = unique_sleep()
+    started = time.monotonic()
+    result = await call(run_shell, {"command": f"sleep {marker} & sleep {marker}; echo never",
+                                    "timeout": 1}, ctx)
+    assert time.monotonic() - started < 5
+    assert result.is_error and "timed out after 1 s" in text(result)
+    await asyncio.sleep(0.1)
+    assert alive(marker) == []
+
+
+async def test_background_child_does_not_outlive_the_command(mode, ctx):
+    marker = unique_sleep()
+    result = await call(run_shell, {"command": f"sleep {marker} & echo started"}, ctx)
+    assert "started" in text(result)
+    await asyncio.sleep(0.1)
+    assert alive(marker) == []
+
+
+async def _wait_alive(marker: str) -> None:
+    for _ in range(100):
+        if alive(marker):
+            return
+        await asyncio.sleep(0.03)
+    raise AssertionError("the command never started")
+
+
+async def test_task_cancel_kills_the_group(mode, ctx):
+    marker = unique_sleep()
+    task = asyncio.create_task(
+        call(run_shell, {"command": f"sleep {marker} & sleep {marker}"}, ctx))
+    await _wait_alive(marker)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.1)
+    assert alive(marker) == []
+
+
+async def test_run_cancel_signal_kills_the_group(mode, ctx):
+    marker = unique_sleep()
+    task = asyncio.create_task(call(run_python, {
+        "code": f"import subprocess\nsubprocess.run(['sleep', '{marker}'])"}, ctx))
+    await _wait_alive(marker)
+    ctx.cancel.set()
+    result = await asyncio.wait_for(task, 5)
+    assert result.is_error and "cancelled" in text(result)
+    assert alive(marker) == []
+
+
+async def test_huge_output_is_capped_in_bounded_memory(mode, ctx, configure):
+    configure(output_cap_chars=10_000)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    result = await call(run_shell, {"command": "head -c 100000000 /dev/zero | tr '\\0' a; "
+                                               "echo; echo THE-END"}, ctx)
+    assert time.monotonic() - started < 10
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 50 * 1024
+    out = text(result)
+    assert "exit code: 0" in out and "bytes omitted" in out and out.rstrip().endswith("THE-END")
+    assert len(out) < 11_000
+
+
+@pytest.mark.skipif(not ROOT, reason="the uid drop that makes RLIMIT_NPROC bite needs root")
+async def test_fork_bomb_is_contained(mode, ctx, configure):
+    configure(max_processes=64)
+    started = time.monotonic()
+    result = await call(run_shell, {"command": "b(){ b | b & }; b; sleep 100", "timeout": 2},
+                        ctx)
+    assert time.monotonic() - started < 8
+    assert result.is_error and "timed out" in text(result)
+    uid = str(sandbox.current().sandbox_uid)
+    for _ in range(50):  # a PID namespace of a few dozen processes takes a moment to reap
+        left = [p for p in os.listdir("/proc") if p.isdigit() and _uid_of(p) == uid]
+        if not left:
+            break
+        await asyncio.sleep(0.05)
+    assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+    after = await call(run_shell, {"command": "echo still-fine"}, ctx)
+    assert "still-fine" in text(after)
+
+
+def _uid_of(pid: str) -> str | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return line.split()[1]
+    except OSError:
+        return None
+    return None
+
+
+async def test_timeout_is_clamped_to_the_operator_maximum(mode, ctx, configure):
+    configure(code_timeout_max=0.5)
+    result = await call(run_python, {"code": "import time; time.sleep(30)", "timeout": 100}, ctx)
+    assert "timed out after 0.5 s" in text(result)
+
+
+async def test_python_runs_in_the_workspace(mode, ctx):
+    result = await call(run_python, {"code": "import os\nopen('made.txt','w').write('hi')\n"
+                                             "print(os.getcwd())\nraise SystemExit(3)"}, ctx)
+    assert f"exit code: 3\n--- stdout ---\n{ctx.workspace}" in text(result)
+    assert (ctx.workspace / "made.txt").read_text() == "hi"
+
+
+async def test_disabled_mode_hides_and_refuses(monkeypatch, configure, ctx):
+    configure(unsafe_code_tools=False)
+    monkeypatch.setattr(sandbox, "bwrap_usable", lambda: False)
+    assert sandbox.sandbox_mode() == "disabled"
+    names = build_menu().names()
+    assert "run_shell" not in names and "run_python" not in names and "read_file" in names
+    result = await call(run_shell, {"command": "true"}, ToolContext(workspace=ctx.workspace))
+    assert result.is_error and "disabled" in text(result)
