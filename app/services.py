@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -80,17 +82,25 @@ def load_tools(settings: Settings) -> str:
 
 def worker_name() -> str:
     """A name unique to this process."""
-    import os
-
-    return f"{socket.gethostname()}-{os.getpid()}"
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None]:
     from app.worker import run_worker
 
-    coro = run_worker(svc.backend, resolve_provider=svc.resolve_provider, settings=svc.settings,
-                      registry=svc.registry, env=svc.env, name=worker_name(), stop=stop)
-    return asyncio.create_task(coro, name="agentloop-worker")
+    cfg = svc.settings
+    coro = run_worker(backend=svc.backend, resolve_provider=svc.resolve_provider, stop=stop,
+                      name=worker_name(), concurrency=cfg.worker_concurrency,
+                      lease=cfg.lease_seconds, disabled_tools=cfg.disabled_tool_list(),
+                      registry=svc.registry)
+    task = asyncio.create_task(coro, name="agentloop-worker")
+    task.add_done_callback(_worker_ended)
+    return task
+
+
+def _worker_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the embedded worker crashed", exc_info=task.exception())
 
 
 def _log_startup(svc: Services, sandbox: str, worker: bool) -> None:
