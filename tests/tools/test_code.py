@@ -161,7 +161,7 @@ async def test_fork_bomb_is_contained(mode, ctx, configure):
         if not left:
             break
         await asyncio.sleep(0.05)
-    assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+    assert left == []
     after = await call(run_shell, {"command": "echo still-fine"}, ctx)
     assert "still-fine" in text(after)
 

@@ -1,0 +1,125 @@
+"""http_fetch against a real local server: barred addresses refused, every redirect hop checked."""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.tools.conftest import call, text
+from tool_registry.builtin import web
+from tool_registry.builtin.web import forbidden_reason, http_fetch
+
+PAGE = (b"<html><head><title>Hello</title><script>var secret=1</script></head>"
+        b"<body><h1>Public page</h1><p>Readable &amp; fine.</p></body></html>")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.startswith("/to/"):
+            self.send_response(302)
+            self.send_header("Location", self.path[len("/to/"):])
+            self.end_headers()
+            return
+        self.server.hosts.append(self.headers.get("Host"))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[ThreadingHTTPServer]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.hosts = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def public_test_host(monkeypatch):
+    """``public.test`` resolves to 127.0.0.1, and only that exact address counts as public:
+    the test server stands in for a public site; everything else keeps the real check."""
+    real_resolve, real_reason = web.resolve_host, web.forbidden_reason
+
+    async def resolve(host: str, port: int):
+        return [ipaddress.ip_address("127.0.0.1")] if host == "public.test" else (
+            await real_resolve(host, port))
+
+    def reason(ip, allow_private):
+        return None if str(ip) == "127.0.0.1" else real_reason(ip, allow_private)
+
+    monkeypatch.setattr(web, "resolve_host", resolve)
+    monkeypatch.setattr(web, "forbidden_reason", reason)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1/", "http://[::1]/", "http://169.254.169.254/",
+                                 "http://10.0.0.1/", "http://[fd00:ec2::254]/", "http://0.0.0.0/",
+                                 "http://[::ffff:127.0.0.1]/", "http://224.0.0.1/",
+                                 "http://localhost/", "file:///etc/passwd", "ftp://example.com/"])
+async def test_barred_addresses_are_refused(url, ctx, configure):
+    result = await call(http_fetch, {"url": url}, ctx)
+    assert result.is_error
+    assert "refused" in text(result) or "only http and https" in text(result)
+
+
+async def test_public_page_is_fetched_with_the_original_host(server, public_test_host, ctx):
+    port = server.server_address[1]
+    result = await call(http_fetch, {"url": f"http://public.test:{port}/page"}, ctx)
+    out = text(result)
+    assert not result.is_error, out
+    assert "# Hello" in out and "Public page" in out and "Readable & fine." in out
+    assert "secret" not in out
+    assert server.hosts == [f"public.test:{port}"]
+
+
+@pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/",
+                                    "http://127.0.0.2/", "http://[::1]/", "http://10.0.0.1/",
+                                    "http://[::ffff:169.254.169.254]/"])
+async def test_every_redirect_hop_is_checked(target, server, public_test_host, ctx, configure):
+    port = server.server_address[1]
+    result = await call(http_fetch, {"url": f"http://public.test:{port}/to/{target}"}, ctx)
+    assert result.is_error and "refused" in text(result), text(result)
+    assert server.hosts == []  # the first hop redirected; nothing else was served
+
+
+async def test_redirect_to_a_checked_host_is_followed(server, public_test_host, ctx):
+    port = server.server_address[1]
+    url = f"http://public.test:{port}/to/http://public.test:{port}/final"
+    result = await call(http_fetch, {"url": url}, ctx)
+    assert "URL: http://public.test" in text(result) and "/final" in text(result)
+
+
+async def test_metadata_stays_refused_when_private_is_allowed(server, ctx, configure):
+    configure(fetch_allow_private=True)
+    port = server.server_address[1]
+    fine = await call(http_fetch, {"url": f"http://127.0.0.1:{port}/"}, ctx)
+    assert "Public page" in text(fine)
+    hop = await call(http_fetch, {"url": f"http://127.0.0.1:{port}/to/http://169.254.169.254/"},
+                     ctx)
+    assert hop.is_error and "metadata" in text(hop)
+
+
+async def test_body_size_is_capped(server, ctx, configure):
+    configure(fetch_allow_private=True, fetch_max_bytes=50)
+    port = server.server_address[1]
+    result = await call(http_fetch, {"url": f"http://127.0.0.1:{port}/"}, ctx)
+    assert "[body cut at 50 bytes]" in text(result)
+
+
+def test_forbidden_reason_covers_the_ranges():
+    for address in ("127.0.0.1", "::1", "169.254.169.254", "fd00:ec2::254", "10.0.0.1",
+                    "192.168.1.1", "172.16.0.1", "0.0.0.0", "::", "224.0.0.1", "ff02::1",
+                    "fe80::1", "::ffff:10.0.0.1", "64:ff9b::7f00:1", "100.64.0.1"):
+        assert forbidden_reason(ipaddress.ip_address(address), False), address
+    assert forbidden_reason(ipaddress.ip_address("93.184.216.34"), False) is None
