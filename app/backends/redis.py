@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -74,18 +74,22 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
 
 
 class RedisBackend(ServiceEvents):
-    """See the module docstring. ``lease`` and ``run_ttl`` in seconds."""
+    """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
+    bounds the pool (callers wait up to ``socket_timeout`` for a free connection)."""
 
     name = "redis"
 
     def __init__(self, url: str, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0,
-                 connect_timeout: float = 0.5, socket_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 0.5, socket_timeout: float = 5.0,
+                 max_connections: int = 256) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
-        self.client: Redis = Redis.from_url(
-            url, socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
+        pool = BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
             retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
             retry_on_error=[RedisConnectionError, RedisTimeoutError])
+        self.client: Redis = Redis(connection_pool=pool)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
@@ -115,7 +119,7 @@ class RedisBackend(ServiceEvents):
     async def close(self) -> None:
         """Stop the listener and close the pool."""
         await self.notifier.close()
-        await self.client.aclose()
+        await self.client.aclose(close_connection_pool=True)
 
     async def ping(self) -> bool:
         """Whether Redis answers now."""

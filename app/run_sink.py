@@ -1,0 +1,167 @@
+"""The runner's event sink: the loop's sync ``emit`` in, batched fenced writes out.
+
+``emit`` only appends to a buffer (no I/O per event, per delta). One writer task per run
+takes everything buffered since its last write and sends it as one ``EventBatch``: the events
+(seqs allocated by the backend), the checkpoint messages of depth-0 ``message_end``s among them
+and the queue acks registered since, so log, checkpoint and queues change together.
+
+Timeline (Redis down for a while)::
+
+    loop ─ emit emit emit ─────────── emit emit ───────── (never blocks)
+    writer ─ write ✗ ─ sleep ─ write ✗ ─ sleep ─ write ✓ (same batch, same token) ─ next batch
+
+A retried batch carries the same ``token``, so a write whose reply was lost is not applied
+twice. ``FencedOut`` ends the writer: the run belongs to another worker now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import orjson
+
+from app.backends.base import Backend, BackendError, EventBatch, FencedOut
+from app.events import Event, encode_event_body
+from app.queues import QueuedMessage, QueueKind, QueueMode
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+RETRY_MAX = 1.0
+
+
+class EventSink:
+    """Buffers one run's events and writes them in order (see the module docstring)."""
+
+    def __init__(self, backend: Backend, run_id: str, attempt: int) -> None:
+        self.backend = backend
+        self.run_id = run_id
+        self.attempt = attempt
+        self._buf: list[tuple[Event, float]] = []
+        self._acks: list[tuple[QueueKind, str]] = []
+        self._fields: dict[str, Any] = {}
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._batches = 0
+        self._ts_cache: tuple[int, str] = (-1, "")
+        self.last_seq = 0
+        self.written = 0
+        self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
+                                                            name=f"sink-{run_id}")
+
+    def emit(self, event: Event) -> None:
+        """The loop's ``emit``: buffer and wake the writer (cheap: no I/O here)."""
+        self._buf.append((event, time.time()))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def ack(self, kind: QueueKind, items: list[QueuedMessage]) -> None:
+        """Acknowledge injected queue messages with the batch holding their ``message_end``
+        (the loop acks right after emitting them, with no await in between)."""
+        self._acks.extend((kind, q.id) for q in items)
+        self._wake.set()
+
+    def set_fields(self, **fields: Any) -> None:
+        """Run-record fields to write with the next batch."""
+        self._fields.update(fields)
+        self._wake.set()
+
+    async def close(self, **final: Any) -> None:
+        """Write everything still buffered (with ``final`` fields) and stop the writer.
+        Raises ``FencedOut`` if the run was taken over."""
+        self._fields.update(final)
+        self._closing = True
+        self._wake.set()
+        await self.task
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._buf or self._acks or self._fields:
+                await self._write(self._take_batch())
+            if self._closing and not (self._buf or self._acks or self._fields):
+                return
+
+    def _take_batch(self) -> EventBatch:
+        events, self._buf = self._buf, []
+        acks, self._acks = self._acks, []
+        fields, self._fields = self._fields, {}
+        encoded: list[tuple[str, bytes]] = []
+        checkpoint: list[bytes] = []
+        for event, t in events:
+            encoded.append((event.type, encode_event_body(event, run_id=self.run_id,
+                                                          ts=self._ts(t))))
+            if event.type == "message_end" and event.depth == 0:
+                checkpoint.append(orjson.dumps(event.message))
+        self._batches += 1
+        return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,
+                          fields=fields or None, token=f"{self.attempt}:{self._batches}")
+
+    async def _write(self, batch: EventBatch) -> None:
+        delay = 0.05
+        while True:
+            try:
+                self.last_seq = await self.backend.append_events(self.run_id, self.attempt,
+                                                                 batch)
+                self.written += len(batch.events)
+                return
+            except FencedOut:
+                raise
+            except BackendError as exc:
+                log.warning("run %s: event write failed (%s); retrying in %.2fs",
+                            self.run_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+
+    def _ts(self, t: float) -> str:
+        ms = int(t * 1000)
+        if ms != self._ts_cache[0]:
+            text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+            self._ts_cache = (ms, text.replace("+00:00", "Z"))
+        return self._ts_cache[1]
+
+
+class BackendQueue:
+    """A ``MessageSource`` over one of the run's backend queues (retrying while the store is
+    down); acks ride on the sink's next batch."""
+
+    def __init__(self, sink: EventSink, kind: QueueKind) -> None:
+        self.sink = sink
+        self.kind = kind
+
+    async def take(self, mode: QueueMode) -> list[QueuedMessage]:
+        """See ``MessageSource.take`` (fenced by the run's attempt)."""
+        s = self.sink
+        return await retrying(lambda: s.backend.take(s.run_id, self.kind, mode, s.attempt))
+
+    async def ack(self, taken: list[QueuedMessage]) -> None:
+        """See ``MessageSource.ack``."""
+        self.sink.ack(self.kind, taken)
+
+    async def release(self, taken: list[QueuedMessage]) -> None:
+        """See ``MessageSource.release``."""
+        s = self.sink
+        await retrying(lambda: s.backend.release(s.run_id, self.kind, taken))
+
+
+async def retrying(call: Callable[[], Awaitable[T]], *, attempts: int = 40) -> T:
+    """Await ``call()`` again (backoff up to 1 s) while the store is unreachable; ``FencedOut``
+    and the last failure propagate."""
+    delay = 0.05
+    for n in range(attempts):
+        try:
+            return await call()
+        except FencedOut:
+            raise
+        except BackendError as exc:
+            if n == attempts - 1:
+                raise
+            log.warning("backend call failed (%s); retrying in %.2fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+    raise AssertionError("unreachable")

@@ -1,0 +1,196 @@
+"""Drives one claimed run: the loop built from ``record.request``, its events and checkpoints
+written through the backend (``run_sink``), cancel and takeover handled.
+
+Timeline of one run::
+
+    claim ─ get_run ─ [run_resumed] ─ loop ──emit──▶ sink ─ batches ─▶ backend
+                                        ▲  abort ◀── wait_cancel (pub/sub note, < 100 ms)
+                       agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
+
+``status``: queued → running → completed (stop, max_iterations) | failed (error) |
+cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another worker owns the run.
+A runner cancelled from outside (graceful shutdown) lets the loop release taken queue messages,
+flushes the last checkpoint and hands the run back (``release_run``), then re-raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
+from app.events import AgentEnd, RunResumed
+from app.loop import LoopConfig, LoopOutcome, run_loop
+from app.run_sink import BackendQueue, EventSink, retrying
+from providers.base import ForcedTool, Provider, ToolChoice
+from providers.messages import Message, Usage, UserMessage, load_messages
+from tool_registry import Registry, build_menu, default_registry
+
+log = logging.getLogger(__name__)
+
+ResolveProvider = Callable[[str], tuple[Provider, str]]
+"""``"provider:model"`` → (the provider, the model id it is asked for)."""
+STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",
+          "aborted": "cancelled"}
+
+
+@dataclass(slots=True, kw_only=True)
+class RunnerDeps:
+    """What every run needs from its worker."""
+
+    backend: Backend
+    resolve_provider: ResolveProvider
+    worker: str
+    disabled_tools: Iterable[str] = ()
+    registry: Registry = default_registry
+
+
+async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
+    """Drive the claimed run to its end (or until fenced out / cancelled from outside)."""
+    record = await retrying(lambda: deps.backend.get_run(claim.run_id))
+    if record is None:
+        return
+    if record.status in TERMINAL:
+        await _finish(deps.backend, claim)
+        return
+    sink = EventSink(deps.backend, claim.run_id, claim.attempt)
+    try:
+        await _drive(deps, claim, record, sink)
+    except FencedOut:
+        log.info("run %s: attempt %d fenced out; another worker owns it", claim.run_id,
+                 claim.attempt)
+    finally:
+        if not sink.task.done():
+            sink.task.cancel()
+
+
+async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
+    if claim.resumed:
+        sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
+    sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
+    try:
+        kwargs = await _loop_kwargs(deps, claim, record, sink)
+    except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
+        log.warning("run %s: cannot start: %s", claim.run_id, exc)
+        sink.emit(AgentEnd(stop_reason="error", error=str(exc), usage=Usage(), messages=[]))
+        await sink.close(**_final("error", str(exc), None, Usage()))
+        await _finish(deps.backend, claim)
+        return
+    abort = asyncio.Event()
+    loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
+    watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
+    try:
+        outcome = await _until_loop_ends(loop_task, sink)
+    except asyncio.CancelledError:
+        await _hand_back(deps.backend, claim, loop_task, sink)
+        raise
+    finally:
+        watch.cancel()
+    await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
+    await _finish(deps.backend, claim)
+
+
+async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
+                           sink: EventSink) -> LoopOutcome:
+    """The loop's outcome; if the writer dies first (fenced out), stop the loop and re-raise."""
+    await asyncio.wait({loop_task, sink.task}, return_when=asyncio.FIRST_COMPLETED)
+    if sink.task.done() and not loop_task.done():
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loop_task
+        sink.task.result()  # raises FencedOut (or the writer's failure)
+    return loop_task.result()
+
+
+async def _hand_back(backend: Backend, claim: Claim, loop_task: asyncio.Task[LoopOutcome],
+                     sink: EventSink) -> None:
+    """Graceful shutdown: the loop releases its taken messages, the checkpoint is flushed and
+    the run goes back to the queue for another worker."""
+    loop_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await loop_task
+    try:
+        async with asyncio.timeout(5):
+            await sink.close()
+        await backend.release_run(claim.run_id, claim.attempt)
+    except (BackendError, TimeoutError) as exc:
+        log.warning("run %s: hand back failed (%s); it resumes after the lease", claim.run_id,
+                    exc)
+
+
+async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> None:
+    while True:
+        try:
+            await backend.wait_cancel(run_id)
+            abort.set()
+            return
+        except BackendError:
+            await asyncio.sleep(0.2)
+
+
+async def _finish(backend: Backend, claim: Claim) -> None:
+    await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
+
+
+def _final(reason: str, error: str | None, result: str | None, usage: Usage) -> dict[str, Any]:
+    return {"status": STATUS[reason], "stop_reason": reason, "error": error, "result": result,
+            "usage": asdict(usage), "ended_at": now()}
+
+
+async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
+                       sink: EventSink) -> dict[str, Any]:
+    req = record.request
+    provider, model_id = deps.resolve_provider(str(req.get("model") or record.model))
+    menu = build_menu(tools=req.get("tools"), toolset=req.get("toolset"),
+                      tools_source=req.get("tools_source"), tools_allow=req.get("tools_allow"),
+                      tools_deny=req.get("tools_deny"), disabled=deps.disabled_tools,
+                      registry=deps.registry)
+    context, prompts = split_input(req.get("input"))
+    resume_from: list[Message] | None = None
+    if claim.resumed:
+        done = load_messages(await retrying(lambda: deps.backend.load_checkpoint(claim.run_id)))
+        if done:
+            context, prompts, resume_from = context + done, [], done
+        elif await _started(deps.backend, claim.run_id):
+            resume_from = []
+    return {"provider": provider, "menu": menu, "config": loop_config(record, model_id),
+            "context": context, "prompts": prompts, "resume_from": resume_from,
+            "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
+
+
+async def _started(backend: Backend, run_id: str) -> bool:
+    """Whether an earlier attempt already emitted ``agent_start``."""
+    events = await retrying(lambda: backend.read_events(run_id, 0, limit=50))
+    return any(e.type == "agent_start" for e in events)
+
+
+def split_input(value: object) -> tuple[list[Message], list[Message]]:
+    """``input``: a string is one prompt; a list of messages is the context to continue."""
+    if isinstance(value, str):
+        return [], [UserMessage(content=value)]
+    return load_messages(value or []), []
+
+
+def loop_config(record: RunRecord, model_id: str) -> LoopConfig:
+    """The loop's settings from the create body (API.md names and defaults)."""
+    req = record.request
+    opt = {k: req[k] for k in ("system", "reset_tool_choice", "parallel_tool_calls",
+                               "steering_mode", "follow_up_mode", "temperature", "max_tokens")
+           if req.get(k) is not None}
+    return LoopConfig(model=model_id, model_label=str(req.get("model") or record.model),
+                      tool_choice=tool_choice(req.get("tool_choice")),
+                      max_iterations=req.get("max_iterations", 20), run_id=record.id,
+                      tenant=record.tenant, **opt)
+
+
+def tool_choice(value: object) -> ToolChoice:
+    """``"auto"|"required"|"none"`` or ``{"type": "function", "name": X}``."""
+    if isinstance(value, dict):
+        return ForcedTool(name=str(value["name"]))
+    if value in ("required", "none"):
+        return "required" if value == "required" else "none"
+    return "auto"

@@ -1,0 +1,23 @@
+"""Engine tests: runs driven by a real ``Worker`` over both backends with the fake provider."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.backends import Backend, make_backend
+from tests.support.redis_server import redis_server_url, redis_url
+
+__all__ = ["redis_server_url", "redis_url"]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    b = make_backend(url, lease=2.0, run_ttl=3600)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.close()
