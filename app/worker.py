@@ -139,7 +139,8 @@ def load_factory(spec: str) -> ResolveProvider:
 async def _main() -> None:
     env = os.environ
     lease = float(env.get("AGENTLOOP_LEASE", "30"))
-    backend = make_backend(env.get("AGENTLOOP_REDIS_URL"), lease=lease,
+    name = env.get("AGENTLOOP_WORKER_NAME") or worker_name()
+    backend = make_backend(env.get("AGENTLOOP_REDIS_URL"), lease=lease, client_name=name,
                            run_ttl=float(env.get("AGENTLOOP_RUN_TTL", str(7 * 86400))))
     factory = env.get("AGENTLOOP_PROVIDER_FACTORY")
     if not factory:
@@ -148,15 +149,26 @@ async def _main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await backend.start()
+    await _start(backend, stop)
     disabled = [t for t in env.get("AGENTLOOP_DISABLED_TOOLS", "").split(",") if t]
     try:
         await run_worker(backend=backend, resolve_provider=load_factory(factory), stop=stop,
-                         name=env.get("AGENTLOOP_WORKER_NAME") or None, lease=lease,
+                         name=name, lease=lease,
                          concurrency=int(env.get("AGENTLOOP_WORKER_CONCURRENCY", "100")),
                          disabled_tools=disabled)
     finally:
         await backend.close()
+
+
+async def _start(backend: Backend, stop: asyncio.Event) -> None:
+    """Connect, waiting for the store if it is not up yet."""
+    while not stop.is_set():
+        try:
+            await backend.start()
+            return
+        except BackendError as exc:
+            log.warning("backend not reachable (%s); retrying", exc)
+            await asyncio.sleep(0.5)
 
 
 if __name__ == "__main__":

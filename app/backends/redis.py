@@ -75,20 +75,21 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
 
 class RedisBackend(ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
-    bounds the pool (callers wait up to ``socket_timeout`` for a free connection)."""
+    bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
+    ``client_name`` shows in CLIENT LIST (workers use their name)."""
 
     name = "redis"
 
     def __init__(self, url: str, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0,
                  connect_timeout: float = 0.5, socket_timeout: float = 5.0,
-                 max_connections: int = 256) -> None:
+                 max_connections: int = 256, client_name: str | None = None) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
         pool = BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=socket_timeout,
             socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
             retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError])
+            retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name)
         self.client: Redis = Redis(connection_pool=pool)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",

@@ -31,7 +31,8 @@ def new_record(**request: Any) -> RunRecord:
 async def worker(backend: Backend, resolve: Callable[[str], tuple[Provider, str]],
                  **options: Any) -> AsyncIterator[Worker]:
     stop = asyncio.Event()
-    w = Worker(backend, resolve, registry=scripted.registry(), lease=2.0, **options)
+    options.setdefault("lease", 2.0)
+    w = Worker(backend, resolve, registry=scripted.registry(), **options)
     task = asyncio.create_task(w.run(stop))
     try:
         yield w
@@ -40,7 +41,7 @@ async def worker(backend: Backend, resolve: Callable[[str], tuple[Provider, str]
         await asyncio.wait_for(task, 10)
 
 
-async def wait_end(backend: Backend, run_id: str, timeout: float = 10) -> RunRecord:
+async def wait_end(backend: Backend, run_id: str, timeout: float = 10) -> RunRecord:  # noqa: ASYNC109
     async with asyncio.timeout(timeout):
         while True:
             rec = await backend.get_run(run_id)
@@ -49,7 +50,7 @@ async def wait_end(backend: Backend, run_id: str, timeout: float = 10) -> RunRec
             await asyncio.sleep(0.02)
 
 
-async def wait_event(backend: Backend, run_id: str, type_: str, timeout: float = 10
+async def wait_event(backend: Backend, run_id: str, type_: str, timeout: float = 10  # noqa: ASYNC109
                      ) -> StoredEvent:
     after = 0
     async with asyncio.timeout(timeout):

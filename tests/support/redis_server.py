@@ -30,8 +30,10 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process; ``start``/``stop`` may be repeated on the same port."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, persist: bool = False) -> None:
         self.port = port or free_port()
+        self.persist = persist
+        """With AOF fsync'ed on every write, so a killed server restarts with its data."""
         self.dir = tempfile.mkdtemp(prefix="agentloop-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -42,7 +44,8 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
+             "--appendonly", "yes" if self.persist else "no", "--appendfsync", "always",
+             "--dir", self.dir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 5

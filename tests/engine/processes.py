@@ -1,0 +1,45 @@
+"""Real worker processes (``python -m app.worker``) for crash tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn_worker(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
+                 nap: float = 2.0) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "AGENTLOOP_REDIS_URL": redis_url, "AGENTLOOP_LEASE": str(lease),
+           "AGENTLOOP_WORKER_NAME": name, "AGENTLOOP_TEST_MARKS": str(marks),
+           "AGENTLOOP_TEST_NAP": str(nap),
+           "AGENTLOOP_PROVIDER_FACTORY": "tests.engine.scripted:crash_factory",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=None)
+
+
+async def wait_consumer(redis_url: str, name: str, timeout_s: float = 10) -> None:
+    """Until worker ``name`` is connected (claiming, and listening for notes)."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                clients = await client.client_list()
+                if any(c.get("name") == name for c in clients):
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+def stop_all(*procs: subprocess.Popen[bytes]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(5)
