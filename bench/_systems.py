@@ -1,7 +1,7 @@
 """How each benchmarked system is installed and started against the fake LLM.
 
 - ``agentloop`` / ``agentloop-redis``: this checkout, ``agentloop serve`` (or uvicorn on
-  ``app.main:app`` while the console script is missing), the memory backend or a throw-away
+  ``app.main:app_factory`` while the console script is missing), the memory backend or a throw-away
   redis-server whose CPU and memory count as the system's.
 - ``langgraph``: LangGraph Server (``langgraph dev``, in-memory runtime) in its own virtualenv
   under bench/.peer/, serving bench/peer_langgraph/agent.py (the prebuilt ReAct agent).
@@ -65,12 +65,13 @@ def peer_versions() -> dict[str, str]:
 
 
 def agentloop_argv(port: int) -> list[str]:
-    """The console script when the CLI module exists, else uvicorn on the app factory's module."""
+    """The console script when the CLI module exists, else uvicorn on the app factory."""
     script = ROOT / ".venv" / "bin" / "agentloop"
     if script.exists() and (ROOT / "app" / "cli.py").exists():
         return [str(script), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    return [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    return [sys.executable, "-m", "uvicorn", "--factory", "app.main:app_factory", "--host",
+            "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
+            "--log-level", "warning", "--no-access-log"]
 
 
 def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
