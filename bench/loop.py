@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.events import Event, encode_event, utc_now  # noqa: E402
-from app.loop import LoopConfig, run_loop  # noqa: E402
-from providers import fake  # noqa: E402
-from providers.fake import FakeProvider, Step  # noqa: E402
-from providers.messages import UserMessage  # noqa: E402
-from tool_registry import Registry, build_menu, function  # noqa: E402
+from app.events import Event, encode_event, utc_now
+from app.loop import LoopConfig, run_loop
+from providers import fake
+from providers.fake import FakeProvider, Step
+from providers.messages import UserMessage
+from tool_registry import Registry, build_menu, function
 
 
 @function(register=False, name="add")
