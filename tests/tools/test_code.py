@@ -153,10 +153,10 @@ async def test_fork_bomb_is_contained(mode, ctx, configure):
     started = time.monotonic()
     result = await call(run_shell, {"command": "b(){ b | b & }; b; sleep 100", "timeout": 2},
                         ctx)
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 15
     assert result.is_error and "timed out" in text(result)
     uid = str(sandbox.current().sandbox_uid)
-    for _ in range(50):  # a PID namespace of a few dozen processes takes a moment to reap
+    for _ in range(100):  # a PID namespace of a few dozen processes takes a moment to reap
         left = [p for p in os.listdir("/proc") if p.isdigit() and _uid_of(p) == uid]
         if not left:
             break
