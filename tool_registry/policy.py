@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from providers.base import ToolSpec
 from tool_registry.registry import AnyTool, Registry, as_tool, default_registry
 
-
 SEARCH_TOOL = "tool_search"
 """The built-in tool that loads deferred tools; offered only when a menu has any."""
 
