@@ -62,10 +62,12 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Claim and drive runs until ``stop`` is set, then shut down gracefully."""
         beat = asyncio.create_task(self._heartbeats(stop))
+        shutdown = asyncio.create_task(self._shutdown_on(stop))
         try:
             await self._claim_loop(stop)
         finally:
-            await self._shutdown()
+            stop.set()
+            await shutdown
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
@@ -80,6 +82,10 @@ class Worker:
                 raise
             if claim is None:
                 self.slots.release()
+            elif stop.is_set():  # claimed while stopping: hand it straight back
+                self.slots.release()
+                with contextlib.suppress(BackendError):
+                    await self.backend.release_run(claim.run_id, claim.attempt)
             else:
                 self._spawn(claim)
 
@@ -113,6 +119,11 @@ class Worker:
                 await self.backend.heartbeat(self.name, list(self.running))
             except BackendError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
+
+    async def _shutdown_on(self, stop: asyncio.Event) -> None:
+        """On stop, hand running runs back at once (a pending claim may still take ≤ 1 s)."""
+        await stop.wait()
+        await self._shutdown()
 
     async def _shutdown(self) -> None:
         tasks = list(self.running.values())

@@ -352,6 +352,14 @@ class RedisBackend(ServiceEvents):
     @_guard
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """See ``Backend.claim``: a lapsed run first (XAUTOCLAIM), then a new job."""
+        try:
+            return await self._claim(worker, timeout)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):  # Redis lost its data (restart without persistence)
+                self._group_ready = False
+            raise
+
+    async def _claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         await self._ensure_group()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
