@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
@@ -46,6 +46,7 @@ class EventSink:
         self._fields: dict[str, Any] = {}
         self._wake = asyncio.Event()
         self._closing = False
+        self._fenced = False
         self._batches = 0
         self._ts_cache: tuple[int, str] = (-1, "")
         self.last_seq = 0
@@ -70,6 +71,12 @@ class EventSink:
         self._fields.update(fields)
         self._wake.set()
 
+    def fenced_out(self) -> None:
+        """Another call learnt the run was taken over: stop writing (the runner then stops
+        the loop)."""
+        self._fenced = True
+        self._wake.set()
+
     async def close(self, **final: Any) -> None:
         """Write everything still buffered (with ``final`` fields) and stop the writer.
         Raises ``FencedOut`` if the run was taken over."""
@@ -82,6 +89,8 @@ class EventSink:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._fenced:
+                raise FencedOut(f"run {self.run_id}: attempt {self.attempt} is stale")
             if self._buf or self._acks or self._fields:
                 await self._write(self._take_batch())
             if self._closing and not (self._buf or self._acks or self._fields):
@@ -137,7 +146,11 @@ class BackendQueue:
     async def take(self, mode: QueueMode) -> list[QueuedMessage]:
         """See ``MessageSource.take`` (fenced by the run's attempt)."""
         s = self.sink
-        return await retrying(lambda: s.backend.take(s.run_id, self.kind, mode, s.attempt))
+        try:
+            return await retrying(lambda: s.backend.take(s.run_id, self.kind, mode, s.attempt))
+        except FencedOut:
+            s.fenced_out()
+            return []
 
     async def ack(self, taken: list[QueuedMessage]) -> None:
         """See ``MessageSource.ack``."""

@@ -122,3 +122,16 @@ async def test_many_concurrent_runs_complete(backend: Backend) -> None:
     total = sum(e.last_seq for e in ends)
     print(f"200 runs on {backend.name}: {elapsed:.2f}s, {total} events, "
           f"{total / elapsed:.0f} events/s")
+
+
+async def test_streaming_throughput(backend: Backend) -> None:
+    n = 20_000
+    resolve = scripted.resolver([fake.text("x" * n, chunks=n)])
+    rec, _ = await backend.create_run(new_record())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    async with worker(backend, resolve):
+        end = await wait_end(backend, rec.id, timeout=30)
+    rate = end.last_seq / (loop.time() - t0)
+    print(f"one streaming run on {backend.name}: {rate:.0f} events/s written")
+    assert end.last_seq == n + 8 and rate > 2_000
