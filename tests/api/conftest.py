@@ -22,6 +22,9 @@ from app.main import create_app
 from providers.catalog import parse_model
 from providers.fake import FakeProvider
 from tests.support.live_server import LiveServer
+from tests.support.redis_server import redis_server_url, redis_url
+
+__all__ = ["redis_server_url", "redis_url"]
 
 KNOWN = {"fake", "demo"}
 
@@ -59,8 +62,8 @@ class Api:
         return resp.json()  # type: ignore[no-any-return]
 
     async def wait_status(self, run_id: str, *statuses: str,
-                          timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+                          within: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + within
         while True:
             run = await self.get(run_id)
             if run["status"] in statuses:
@@ -91,9 +94,15 @@ async def serve(*, backend: Any = None, worker: bool = True, api_key: str | None
             yield Api(server.url, client, fake, store, server, headers)
 
 
-@pytest.fixture
-async def api() -> AsyncIterator[Api]:
-    async with serve() as running:
+@pytest.fixture(params=["memory", "redis"])
+async def api(request: pytest.FixtureRequest) -> AsyncIterator[Api]:
+    """The server with an embedded worker, over each backend (the core flow runs on both)."""
+    backend = None
+    if request.param == "redis":
+        from app.backends import make_backend
+
+        backend = make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
+    async with serve(backend=backend) as running:
         yield running
 
 

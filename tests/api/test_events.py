@@ -122,7 +122,7 @@ class FlakyBackend(MemoryBackend):
             raise BackendError("down")
         return await super().read_events(run_id, after, limit)
 
-    async def wait_events(self, run_id, after, timeout):
+    async def wait_events(self, run_id, after, timeout):  # noqa: ASYNC109
         if self.down:
             raise BackendError("down")
         return await super().wait_events(run_id, after, timeout)

@@ -36,8 +36,8 @@ class Watch:
             async for frame in stream:
                 self.frames.append(frame)
 
-    async def until(self, type_: str, timeout: float = 10.0) -> Frame:
-        async with asyncio.timeout(timeout):
+    async def until(self, type_: str, within: float = 10.0) -> Frame:
+        async with asyncio.timeout(within):
             while True:
                 for frame in self.frames:
                     if frame.event == type_:
@@ -141,7 +141,7 @@ async def test_cancel_during_model_streaming(api: Api) -> None:
 
 
 async def test_queue_list_and_withdraw(api: Api) -> None:
-    api.fake.script = [fake.tool_calls(("api_slow", {"seconds": 0.4})), fake.hanging()]
+    api.fake.script = [fake.tool_calls(("api_slow", {"seconds": 1.0})), fake.hanging()]
     run = await api.create(input="go", toolset="api_testing")
     rid = run["id"]
     watch = Watch(api, rid)
