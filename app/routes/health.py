@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT = 2.0
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
 async def healthz() -> Health:
     """The process is up (no dependency is checked)."""
     return Health(status="ok")
