@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -94,15 +95,15 @@ class MemoryBackend(ServiceEvents):
                 if first is not None:
                     return first, False
             self._idem[(record.tenant, idempotency_key)] = (request_hash or "", record.id)
-        self._runs[record.id] = copy.deepcopy(record)
+        self._runs[record.id] = _copy(record)
         self._state[record.id] = _RunState()
         self._push_job(record.id)
-        return copy.deepcopy(record), True
+        return _copy(record), True
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """See ``Backend.get_run``."""
         record = self._record(run_id)
-        return copy.deepcopy(record) if record is not None else None
+        return _copy(record) if record is not None else None
 
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
                         limit: int, cursor: str | None) -> RunPage:
@@ -116,7 +117,7 @@ class MemoryBackend(ServiceEvents):
             if after is not None and (r.created_at, r.id) >= after:
                 continue
             if matches(r, status, metadata):
-                page.append(copy.deepcopy(r))
+                page.append(_copy(r))
                 if len(page) > limit:
                     break
         more = len(page) > limit
@@ -379,3 +380,9 @@ def parse_cursor(cursor: str | None) -> tuple[float, str] | None:
         return float(created), run_id
     except ValueError:
         return None
+
+
+def _copy(record: RunRecord) -> RunRecord:
+    """A copy callers may change freely. ``request`` is shared: it is never changed after the
+    run is created (a deep copy of it was most of the cost of every read)."""
+    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))

@@ -11,12 +11,22 @@ import random
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from providers._transport import LeanHTTP1Transport
 from providers.accumulate import Accumulator
 from providers.base import ModelRequest, Provider
 from providers.events import ProviderEvent
 from providers.messages import dump_message
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def make_client(transport: str) -> httpx.AsyncClient:
+    """An httpx client over its default transport (``httpcore``) or the ``lean`` one."""
+    if transport == "lean":
+        return httpx.AsyncClient(transport=LeanHTTP1Transport())
+    return httpx.AsyncClient()
 
 
 def fixture(name: str) -> bytes:

@@ -20,7 +20,7 @@ from providers.messages import (
     UserMessage,
 )
 from providers.openai_responses import OpenAIResponsesProvider
-from tests.providers import collect, fixture, split_patterns
+from tests.providers import collect, fixture, make_client, split_patterns
 from tests.support.wire_server import Reply, WireServer, split_at
 
 FAST = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01)
@@ -38,9 +38,10 @@ async def server() -> AsyncIterator[WireServer]:
         yield srv
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
+@pytest.fixture(params=["httpcore", "lean"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
+    """Every wire test runs over httpx's default transport and over the lean HTTP/1.1 one."""
+    async with make_client(request.param) as c:
         yield c
 
 

@@ -29,6 +29,10 @@ class Reply:
     """Seconds to wait between chunks."""
     drop_after: int | None = None
     """Close the connection abruptly after this many chunks (a stream broken midway)."""
+    chunked: bool = True
+    """False: send ``content-length`` and the body whole."""
+    close: bool = False
+    """Close the connection after this reply (the server does not keep it alive)."""
 
 
 @dataclass
@@ -50,6 +54,7 @@ class WireServer:
         self.requests: list[Recorded] = []
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
+        self.connections = 0
 
     @property
     def url(self) -> str:
@@ -66,6 +71,7 @@ class WireServer:
         await self._server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 line = await reader.readline()
@@ -83,7 +89,7 @@ class WireServer:
                 reply = self.replies.pop(0) if self.replies else Reply(
                     500, [b'{"error":{"message":"no scripted reply"}}'],
                     content_type="application/json")
-                if not await self._send(writer, reply):
+                if not await self._send(writer, reply) or reply.close:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
@@ -91,6 +97,14 @@ class WireServer:
             writer.close()
 
     async def _send(self, writer: asyncio.StreamWriter, reply: Reply) -> bool:
+        if not reply.chunked:
+            body = b"".join(reply.chunks)
+            head = [f"HTTP/1.1 {reply.status} X", f"content-type: {reply.content_type}",
+                    f"content-length: {len(body)}"]
+            head += [f"{k}: {v}" for k, v in reply.headers.items()]
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            await writer.drain()
+            return True
         head = [f"HTTP/1.1 {reply.status} X", f"content-type: {reply.content_type}",
                 "transfer-encoding: chunked"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
