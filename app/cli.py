@@ -75,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format)
     if args.command == "worker":
+        if not settings.redis_url:
+            raise SystemExit("agentloop worker: set AGENTLOOP_REDIS_URL; without Redis a worker "
+                             "has no runs to take (`agentloop serve` embeds one)")
         run_worker_process(settings)
     elif args.command == "serve":
         serve(settings, host=args.host, port=args.port, worker=not args.no_worker)

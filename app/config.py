@@ -47,11 +47,20 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=100, ge=1)
     lease_seconds: float = Field(default=30.0, gt=0)
     heartbeat_seconds: float = Field(default=10.0, gt=0)
+    worker_name: str | None = None
+    """This worker's name (default: host-pid-random); shows in logs and Redis CLIENT LIST."""
+    provider_factory: str | None = None
+    """``module:callable`` returning a ``resolve_provider(model) -> (Provider, model_id)`` used
+    instead of the built-in catalog (custom or scripted providers)."""
     sse_ping_seconds: float = Field(default=15.0, gt=0)
     tool_modules: str = ""
     disabled_tools: str = ""
     tool_timeout: float = Field(default=120.0, gt=0)
     max_result_chars: int = Field(default=32_000, ge=100)
+    event_flush_ms: float = Field(default=2.0, ge=0)
+    """Least milliseconds between two event writes of one run: while a run streams fast, its
+    events go out in batches (one store round trip and one SSE send each); the first event
+    after a pause is never held back."""
     workspace_root: Path | None = None
     workspace: Path | None = None
     unsafe_code_tools: bool = False

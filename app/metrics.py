@@ -48,3 +48,44 @@ def record_run_end(status: str, stop_reason: str | None) -> None:
 def metrics_response() -> Response:
     """The Prometheus text exposition of every metric."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+class RunTimings:
+    """Provider and tool latencies of one run, read off its events as the sink buffers them.
+
+    Cheap on the hot path: one set lookup per event; deltas only note the first byte.
+    """
+
+    __slots__ = ("_call_start", "_first", "_provider", "_tools")
+    _WATCHED = frozenset({"message_start", "message_update", "message_end",
+                          "tool_execution_start", "tool_execution_end"})
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._call_start: float | None = None
+        self._first = False
+        self._tools: dict[str, float] = {}
+
+    def observe(self, event: object, t: float) -> None:
+        """Note one event emitted at ``t`` (seconds)."""
+        kind: str = getattr(event, "type", "")
+        depth: int = getattr(event, "depth", 0)
+        if kind not in self._WATCHED or depth:
+            return
+        if kind == "message_update":
+            if self._call_start is not None and not self._first:
+                self._first = True
+                PROVIDER_FIRST_BYTE.labels(self._provider).observe(t - self._call_start)
+        elif kind == "tool_execution_start":
+            self._tools[getattr(event, "tool_call_id", "")] = t
+        elif kind == "tool_execution_end":
+            start = self._tools.pop(getattr(event, "tool_call_id", ""), None)
+            if start is not None:
+                outcome = "error" if getattr(event, "is_error", False) else "ok"
+                TOOL_LATENCY.labels(getattr(event, "tool_name", ""), outcome).observe(t - start)
+        elif getattr(getattr(event, "message", None), "role", "") == "assistant":
+            if kind == "message_start":
+                self._call_start, self._first = t, False
+            elif self._call_start is not None:
+                PROVIDER_LATENCY.labels(self._provider).observe(t - self._call_start)
+                self._call_start = None

@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app import metrics
 from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
 from app.events import AgentEnd, RunResumed
 from app.loop import LoopConfig, LoopOutcome, run_loop
+from app.metrics import RunTimings
 from app.run_sink import BackendQueue, EventSink, retrying
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
@@ -47,6 +49,12 @@ class RunnerDeps:
     worker: str
     disabled_tools: Iterable[str] = ()
     registry: Registry = default_registry
+    env: Mapping[str, str] | None = None
+    """What ``requires_env`` tools are checked against (the service's environment snapshot)."""
+    tool_timeout: float = 120.0
+    max_result_chars: int = 32_000
+    flush_interval: float = 0.0
+    """Least seconds between two event writes of one run (see ``run_sink``)."""
 
 
 async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
@@ -57,13 +65,17 @@ async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
     if record.status in TERMINAL:
         await _finish(deps.backend, claim)
         return
-    sink = EventSink(deps.backend, claim.run_id, claim.attempt)
+    provider_name = str(record.request.get("model") or record.model).split(":", 1)[0]
+    sink = EventSink(deps.backend, claim.run_id, claim.attempt,
+                     flush_interval=deps.flush_interval, timings=RunTimings(provider_name))
+    metrics.ACTIVE_RUNS.inc()
     try:
         await _drive(deps, claim, record, sink)
     except FencedOut:
         log.info("run %s: attempt %d fenced out; another worker owns it", claim.run_id,
                  claim.attempt)
     finally:
+        metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
             sink.task.cancel()
 
@@ -137,6 +149,7 @@ async def _finish(backend: Backend, claim: Claim) -> None:
 
 
 def _final(reason: str, error: str | None, result: str | None, usage: Usage) -> dict[str, Any]:
+    metrics.record_run_end(STATUS[reason], reason)
     return {"status": STATUS[reason], "stop_reason": reason, "error": error, "result": result,
             "usage": asdict(usage), "ended_at": now()}
 
@@ -148,7 +161,7 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     menu = build_menu(tools=req.get("tools"), toolset=req.get("toolset"),
                       tools_source=req.get("tools_source"), tools_allow=req.get("tools_allow"),
                       tools_deny=req.get("tools_deny"), disabled=deps.disabled_tools,
-                      registry=deps.registry)
+                      registry=deps.registry, env=deps.env)
     context, prompts = split_input(req.get("input"))
     resume_from: list[Message] | None = None
     if claim.resumed:
@@ -157,7 +170,10 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
             context, prompts, resume_from = context + done, [], done
         elif await _started(deps.backend, claim.run_id):
             resume_from = []
-    return {"provider": provider, "menu": menu, "config": loop_config(record, model_id),
+    config = loop_config(record, model_id)
+    config.tool_timeout = deps.tool_timeout
+    config.max_result_chars = deps.max_result_chars
+    return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume_from": resume_from,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
 

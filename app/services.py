@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from app.auth import Authenticator
-from app.backends.base import Backend
+from app.backends.base import Backend, BackendError
 from app.config import Settings, provider_env
 from app.run_requests import ResolveProvider
 from providers._transport import LeanHTTP1Transport
@@ -62,7 +62,7 @@ def make_store(settings: Settings) -> Backend:
     from app.backends import make_backend
 
     return make_backend(settings.redis_url, lease=settings.lease_seconds,
-                        run_ttl=settings.run_ttl)
+                        run_ttl=settings.run_ttl, client_name=settings.worker_name)
 
 
 def load_tools(settings: Settings) -> str:
@@ -86,14 +86,21 @@ def worker_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
+    """``Worker`` settings from the configuration (embedded worker and ``agentloop worker``)."""
+    return {"name": cfg.worker_name or worker_name(), "concurrency": cfg.worker_concurrency,
+            "lease": cfg.lease_seconds, "heartbeat": cfg.heartbeat_seconds,
+            "disabled_tools": cfg.disabled_tool_list(), "env": env,
+            "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
+            "flush_interval": cfg.event_flush_ms / 1000}
+
+
 async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None]:
     from app.worker import run_worker
 
     cfg = svc.settings
     coro = run_worker(backend=svc.backend, resolve_provider=svc.resolve_provider, stop=stop,
-                      name=worker_name(), concurrency=cfg.worker_concurrency,
-                      lease=cfg.lease_seconds, disabled_tools=cfg.disabled_tool_list(),
-                      registry=svc.registry)
+                      registry=svc.registry, **worker_options(cfg, svc.env))
     task = asyncio.create_task(coro, name="agentloop-worker")
     task.add_done_callback(_worker_ended)
     return task
@@ -148,12 +155,16 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
         store = backend if backend is not None else make_store(settings)
         auth = Authenticator(settings.api_key_map(), secret=settings.stream_token_secret,
                              token_ttl=settings.stream_token_ttl)
+        if resolve_provider is None and settings.provider_factory:
+            from app.worker import load_factory
+
+            resolve_provider = load_factory(settings.provider_factory)
         svc = Services(settings=settings, backend=store, auth=auth,
                        resolve_provider=resolve_provider or catalog.resolve,
                        default_model=settings.default_model or default_model(env), env=env,
                        client=client)
         sandbox = load_tools(settings)
-        await store.start()
+        await _start_store(store)
         stop = asyncio.Event()
         try:
             if worker:
@@ -165,6 +176,16 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
             if svc.worker is not None:
                 await _stop_worker(svc.worker, svc.settings.lease_seconds)
             await store.close()
+
+
+async def _start_store(store: Backend) -> None:
+    """Connect; a store that is down at start-up is not fatal: /readyz says 503, requests get
+    503 + Retry-After, and the worker keeps retrying until it is back."""
+    try:
+        await store.start()
+    except BackendError as exc:
+        log.warning("backend %s unreachable at start-up (%s); serving 503 until it is back",
+                    store.name, exc)
 
 
 async def _stop_worker(task: asyncio.Task[None], grace: float) -> None:

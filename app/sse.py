@@ -1,43 +1,45 @@
 """A run's event log as a server-sent-event stream.
 
-Each subscriber pulls from the log at its own pace (``read_events`` after the last seq it sent,
-then ``wait_events``), so reading consumes nothing, any number may subscribe, and a slow one
-holds at most one page in memory and never delays the run or the others: the send blocks only
-its own generator. Timeline of one subscriber::
+Each subscriber pulls from the log at its own pace (``wait_events`` after the last seq it sent),
+so reading consumes nothing, any number may subscribe, and a slow one holds at most one page in
+memory and never delays the run or the others: its send blocks only itself. Timeline of one
+subscriber::
 
-    replay  read_events(after) page by page ──▶ live  wait_events(last, poll) ──▶ …
-    agent_end (depth 0) sent ───────────────▶ close
-    poll timed out, run ended, log drained ──▶ close   (a run that ended without agent_end)
-    backend down ───────────────────────────▶ retry with backoff; pings keep the stream open
+    wait_events(after) ─ page ─▶ send ─ wait_events(last) ─ … ─ agent_end (depth 0) ─▶ close
+    nothing for ``poll`` s ─▶ ``: ping`` ─ run ended and log drained ─▶ close
+    backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
+    client gone ─▶ noticed at the next send or ping ─▶ generator closed
+    client not reading for ``SEND_TIMEOUT`` s ─▶ dropped (it resumes with Last-Event-ID)
 
-Frames: ``id: <seq>``, ``event: <type>``, ``data: <stored JSON>``; ``: ping`` comments every
-``ping`` seconds (sse-starlette's ping task, independent of the event flow). All frames of one
-backend read go out as one body chunk: one ASGI send per wake-up, not one per event (per-send
-overhead was the largest single cost of a streamed run). A client that stops reading for
-``SEND_TIMEOUT`` seconds is dropped; it can reconnect with ``Last-Event-ID``.
+Frames: ``id: <seq>``, ``event: <type>``, ``data: <stored JSON>``. All frames of one read go out
+as one body chunk: one ASGI send per wake-up, not one per event.
+
+``EventStreamResponse`` is sse-starlette's ``EventSourceResponse`` (headers, HEAD handling,
+OpenAPI media type) with a leaner streaming path: pings come from the frame generator when it
+has been idle, and one task listens for the disconnect, where the parent runs four (stream,
+ping, exit signal, disconnect) — measured at 0.84 → 0.5 ms of CPU per replayed stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 import orjson
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
+from starlette.types import Receive, Scope, Send
 
 from app import metrics
 from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
 
 log = logging.getLogger(__name__)
 PAGE = 200
-"""Events read per backend call during replay (bounds a subscriber's buffer)."""
+"""Events read per backend call (bounds a subscriber's buffer)."""
 SEND_TIMEOUT = 30.0
 """Seconds one send may block on a client that does not read before it is dropped."""
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping")
+PING = b": ping\n\n"
 
 
 def frame(event: StoredEvent) -> bytes:
@@ -59,10 +61,8 @@ async def _ended(backend: Backend, run_id: str) -> bool:
 
 async def _next_events(backend: Backend, run_id: str, after: int,
                        poll: float) -> list[StoredEvent] | None:
-    """The next events after ``after``; None once the run ended and its log is drained."""
-    events = await backend.read_events(run_id, after, PAGE)
-    if events:
-        return events
+    """The next events after ``after`` ([] after ``poll`` s of nothing); None once the run
+    ended and its log is drained."""
     events = await backend.wait_events(run_id, after, poll)
     if events:
         return events[:PAGE]
@@ -71,30 +71,30 @@ async def _next_events(backend: Backend, run_id: str, after: int,
     return []
 
 
-async def _retrying(backend: Backend, run_id: str, after: int,
-                    poll: float) -> list[StoredEvent] | None:
-    """``_next_events``, waiting out backend outages (the ping task keeps the client)."""
-    delay = 0.1
-    while True:
-        try:
-            return await _next_events(backend, run_id, after, poll)
-        except BackendError as exc:
-            log.warning("event stream of %s: backend unavailable (%s); retrying", run_id, exc,
-                        extra={"run_id": run_id})
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, poll)
-
-
 async def event_frames(backend: Backend, run_id: str, after: int,
                        poll: float) -> AsyncIterator[bytes]:
-    """Replay after ``after``, then tail, until the run's ``agent_end``; one chunk per read."""
+    """Replay after ``after``, then tail, until the run's ``agent_end``: one chunk per read,
+    a ping when idle for ``poll`` s or while the backend is unreachable."""
     metrics.SSE_SUBSCRIBERS.inc()
     try:
         last = after
+        delay = 0.1
         while True:
-            events = await _retrying(backend, run_id, last, poll)
+            try:
+                events = await _next_events(backend, run_id, last, poll)
+            except BackendError as exc:
+                log.warning("event stream of %s: backend unavailable (%s); retrying", run_id,
+                            exc, extra={"run_id": run_id})
+                yield PING
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, poll)
+                continue
+            delay = 0.1
             if events is None:
                 return
+            if not events:
+                yield PING
+                continue
             chunk = []
             for event in events:
                 chunk.append(frame(event))
@@ -107,8 +107,48 @@ async def event_frames(backend: Backend, run_id: str, after: int,
         metrics.SSE_SUBSCRIBERS.dec()
 
 
-def event_stream(backend: Backend, run_id: str, after: int, *, ping: float) -> EventSourceResponse:
+class EventStreamResponse(EventSourceResponse):
+    """See the module docstring."""
+
+    def __init__(self, frames: AsyncIterator[bytes], *, send_timeout: float = SEND_TIMEOUT
+                 ) -> None:
+        super().__init__(frames, ping=0, send_timeout=send_timeout, sep="\n")
+        self._frames = frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"].upper() == "HEAD":
+            await super().__call__(scope, receive, send)
+            return
+        gone = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for chunk in self._frames:
+                if gone.is_set():
+                    return
+                async with asyncio.timeout(self.send_timeout):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if not gone.is_set():
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except TimeoutError:
+            log.info("dropped an event stream whose client stopped reading")
+        finally:
+            watcher.cancel()
+            aclose = getattr(self._frames, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+def event_stream(backend: Backend, run_id: str, after: int, *, ping: float
+                 ) -> EventStreamResponse:
     """The SSE response of a run's events after seq ``after``."""
     poll = max(0.05, min(ping, 5.0))
-    return EventSourceResponse(event_frames(backend, run_id, after, poll), ping=ping,
-                               ping_message_factory=_ping, sep="\n", send_timeout=SEND_TIMEOUT)
+    return EventStreamResponse(event_frames(backend, run_id, after, poll))

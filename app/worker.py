@@ -24,13 +24,12 @@ import contextlib
 import importlib
 import logging
 import os
-import signal
 import socket
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from app.backends import Backend, make_backend
+from app.backends import Backend
 from app.backends.base import BackendError, Claim
 from app.runner import ResolveProvider, RunnerDeps, run_claim
 from tool_registry import Registry, default_registry
@@ -48,15 +47,18 @@ class Worker:
 
     def __init__(self, backend: Backend, resolve_provider: ResolveProvider, *,
                  name: str | None = None, concurrency: int = 100, lease: float = 30.0,
-                 disabled_tools: Iterable[str] = (), registry: Registry = default_registry
-                 ) -> None:
+                 heartbeat: float | None = None, disabled_tools: Iterable[str] = (),
+                 registry: Registry = default_registry, **run_options: Any) -> None:
+        """``run_options``: the other ``RunnerDeps`` fields (``env``, ``tool_timeout``,
+        ``max_result_chars``, ``flush_interval``)."""
         self.name = name or worker_name()
         self.deps = RunnerDeps(backend=backend, resolve_provider=resolve_provider,
                                worker=self.name, disabled_tools=tuple(disabled_tools),
-                               registry=registry)
+                               registry=registry, **run_options)
         self.backend = backend
         self.slots = asyncio.Semaphore(concurrency)
         self.lease = lease
+        self.heartbeat = min(heartbeat or lease / 3, lease / 2)
         self.running: dict[str, asyncio.Task[None]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -112,7 +114,7 @@ class Worker:
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         while True:
-            await asyncio.sleep(self.lease / 3)
+            await asyncio.sleep(self.heartbeat)
             if not self.running:
                 continue
             try:
@@ -135,7 +137,7 @@ class Worker:
 async def run_worker(*, backend: Backend, resolve_provider: ResolveProvider,
                      stop: asyncio.Event, **options: Any) -> None:
     """What the CLI and the app lifespan call: one ``Worker`` until ``stop`` is set.
-    ``options``: ``name``, ``concurrency``, ``lease``, ``disabled_tools``, ``registry``."""
+    ``options``: the ``Worker`` keyword arguments."""
     await Worker(backend, resolve_provider, **options).run(stop)
 
 
@@ -147,41 +149,7 @@ def load_factory(spec: str) -> ResolveProvider:
     return resolve
 
 
-async def _main() -> None:
-    env = os.environ
-    lease = float(env.get("AGENTLOOP_LEASE", "30"))
-    name = env.get("AGENTLOOP_WORKER_NAME") or worker_name()
-    backend = make_backend(env.get("AGENTLOOP_REDIS_URL"), lease=lease, client_name=name,
-                           run_ttl=float(env.get("AGENTLOOP_RUN_TTL", str(7 * 86400))))
-    factory = env.get("AGENTLOOP_PROVIDER_FACTORY")
-    if not factory:
-        raise SystemExit("AGENTLOOP_PROVIDER_FACTORY=module:callable is required")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await _start(backend, stop)
-    disabled = [t for t in env.get("AGENTLOOP_DISABLED_TOOLS", "").split(",") if t]
-    try:
-        await run_worker(backend=backend, resolve_provider=load_factory(factory), stop=stop,
-                         name=name, lease=lease,
-                         concurrency=int(env.get("AGENTLOOP_WORKER_CONCURRENCY", "100")),
-                         disabled_tools=disabled)
-    finally:
-        await backend.close()
+if __name__ == "__main__":  # same as `agentloop worker`
+    from app.cli import main
 
-
-async def _start(backend: Backend, stop: asyncio.Event) -> None:
-    """Connect, waiting for the store if it is not up yet."""
-    while not stop.is_set():
-        try:
-            await backend.start()
-            return
-        except BackendError as exc:
-            log.warning("backend not reachable (%s); retrying", exc)
-            await asyncio.sleep(0.5)
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_main())
+    main(["worker"])

@@ -251,10 +251,8 @@ class RedisBackend(ServiceEvents):
                 for eid, f in rows]
 
     async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
-        """See ``Backend.wait_events`` (woken by the process's one notify listener)."""
-        events = await self.read_events(run_id, after)
-        if events:
-            return events
+        """See ``Backend.wait_events`` (woken by the process's one notify listener): the waiter
+        is registered before the read, so a batch landing in between still wakes it."""
         await self.notifier.ensure_started()
         waiter = self.notifier.events_waiter(run_id)
         events = await self.read_events(run_id, after)

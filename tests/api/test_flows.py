@@ -168,3 +168,33 @@ async def test_queue_list_and_withdraw(api: Api) -> None:
     frames = await watch.done()
     withdrawn = [f.data for f in frames if f.event == "message_withdrawn"]
     assert [w["message_id"] for w in withdrawn] == [b["message_id"]]
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    prefix = f"{name}{{{want}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def test_runs_update_the_metrics(api: Api) -> None:
+    before = (await api.client.get("/metrics")).text
+    api.fake.script = [fake.tool_calls(("api_echo", {"text": "x"})), fake.text("done")]
+    run = await api.create(input="go", toolset="api_testing")
+    await read_all(api.client, run["events_url"])
+    await api.wait_status(run["id"], "completed")
+    after = (await api.client.get("/metrics")).text
+    ended = {"status": "completed", "stop_reason": "stop"}
+    assert metric(after, "agentloop_runs_ended_total", **ended) == \
+        metric(before, "agentloop_runs_ended_total", **ended) + 1
+    assert metric(after, "agentloop_events_written_total") >= \
+        metric(before, "agentloop_events_written_total") + 15
+    calls = "agentloop_provider_latency_seconds_count"
+    assert metric(after, calls, provider="fake") == metric(before, calls, provider="fake") + 2
+    tools = "agentloop_tool_latency_seconds_count"
+    assert metric(after, tools, tool="api_echo", outcome="ok") == \
+        metric(before, tools, tool="api_echo", outcome="ok") + 1
+    assert metric(after, "agentloop_active_runs") == 0

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def spawn_worker(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
                  nap: float = 2.0) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "AGENTLOOP_REDIS_URL": redis_url, "AGENTLOOP_LEASE": str(lease),
+    env = {**os.environ, "AGENTLOOP_REDIS_URL": redis_url, "AGENTLOOP_LEASE_SECONDS": str(lease),
            "AGENTLOOP_WORKER_NAME": name, "AGENTLOOP_TEST_MARKS": str(marks),
            "AGENTLOOP_TEST_NAP": str(nap),
            "AGENTLOOP_PROVIDER_FACTORY": "tests.engine.scripted:crash_factory",
