@@ -35,6 +35,8 @@ from app.runner import ResolveProvider, RunnerDeps, run_claim
 from tool_registry import Registry, default_registry
 
 log = logging.getLogger(__name__)
+CLAIM_BATCH = 16
+"""Most runs taken in one claim (bounded by free slots)."""
 
 
 def worker_name() -> str:
@@ -56,7 +58,9 @@ class Worker:
                                worker=self.name, disabled_tools=tuple(disabled_tools),
                                registry=registry, **run_options)
         self.backend = backend
-        self.slots = asyncio.Semaphore(concurrency)
+        self.free = concurrency
+        """Runs this worker may still take (the concurrency limit minus running and reserved)."""
+        self._slot_freed = asyncio.Event()
         self.lease = lease
         self.heartbeat = min(heartbeat or lease / 3, lease / 2)
         self.running: dict[str, asyncio.Task[None]] = {}
@@ -76,30 +80,37 @@ class Worker:
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self.slots.acquire()
+            while self.free == 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            count = min(self.free, CLAIM_BATCH)
+            self.free -= count  # reserved while the claim is out
             try:
-                claim = await self._claim(stop)
-            except BaseException:
-                self.slots.release()
-                raise
-            if claim is None:
-                self.slots.release()
-            elif stop.is_set():  # claimed while stopping: hand it straight back
-                self.slots.release()
-                with contextlib.suppress(BackendError):
-                    await self.backend.release_run(claim.run_id, claim.attempt)
-            else:
-                self._spawn(claim)
+                claims = await self._claim(stop, count)
+            finally:
+                self._give_slots(count)
+            for claim in claims:
+                if stop.is_set():  # claimed while stopping: hand it straight back
+                    with contextlib.suppress(BackendError):
+                        await self.backend.release_run(claim.run_id, claim.attempt)
+                else:
+                    self.free -= 1
+                    self._spawn(claim)
 
-    async def _claim(self, stop: asyncio.Event) -> Claim | None:
+    def _give_slots(self, count: int) -> None:
+        if count:
+            self.free += count
+            self._slot_freed.set()
+
+    async def _claim(self, stop: asyncio.Event, count: int) -> list[Claim]:
         if stop.is_set():
-            return None
+            return []
         try:
-            return await self.backend.claim(self.name, timeout=min(1.0, self.lease / 3))
+            return await self.backend.claim_many(self.name, min(1.0, self.lease / 3), count)
         except BackendError as exc:
             log.warning("worker %s: claim failed (%s)", self.name, exc)
             await asyncio.sleep(0.2)
-            return None
+            return []
 
     def _spawn(self, claim: Claim) -> None:
         task = asyncio.create_task(run_claim(self.deps, claim), name=f"run-{claim.run_id}")
@@ -108,7 +119,7 @@ class Worker:
 
     def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
         self.running.pop(run_id, None)
-        self.slots.release()
+        self._give_slots(1)
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: runner crashed", run_id, exc_info=task.exception())
 

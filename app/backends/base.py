@@ -254,6 +254,12 @@ class Backend(Protocol):
         None after ``timeout`` s with nothing to do."""
         ...
 
+    async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109
+                         count: int) -> list[Claim]:
+        """Like ``claim`` but up to ``count`` runs at once (empty after ``timeout`` s): one
+        store round trip for a burst of new runs instead of one per run."""
+        ...
+
     async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
         """This worker is alive and still holds these runs (runs another worker has claimed
         meanwhile are left alone)."""

@@ -68,6 +68,7 @@ class MemoryBackend(ServiceEvents):
         self._jobs_changed = asyncio.Event()
         self._leases: dict[str, tuple[str, float]] = {}
         """run_id → (worker, deadline) while a worker holds the run."""
+        self._next_lease_scan = 0.0
         self._expires: dict[str, float] = {}
         self._cancelled: set[str] = set()
         self._cancel_events: dict[str, asyncio.Event] = {}
@@ -261,12 +262,20 @@ class MemoryBackend(ServiceEvents):
     # -- dispatch ---------------------------------------------------------------------
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """See ``Backend.claim``."""
+        claims = await self.claim_many(worker, timeout, 1)
+        return claims[0] if claims else None
+
+    async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109
+                         count: int) -> list[Claim]:
+        """See ``Backend.claim_many``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            claim = self._claim_now(worker)
-            if claim is not None or loop.time() >= deadline:
-                return claim
+            claims: list[Claim] = []
+            while len(claims) < count and (claim := self._claim_now(worker)) is not None:
+                claims.append(claim)
+            if claims or loop.time() >= deadline:
+                return claims
             self._jobs_changed.clear()
             wait = min(deadline - loop.time(), 0.05 if self._leases else 1.0)
             try:
@@ -303,9 +312,11 @@ class MemoryBackend(ServiceEvents):
 
     def _claim_now(self, worker: str) -> Claim | None:
         t = now()
-        lapsed = next((r for r, (_, d) in self._leases.items() if d < t), None)
-        if lapsed is not None:
-            return self._assign(lapsed, worker)
+        if t >= self._next_lease_scan:  # an O(runs) scan: not on every claim
+            lapsed = next((r for r, (_, d) in self._leases.items() if d < t), None)
+            if lapsed is not None:
+                return self._assign(lapsed, worker)
+            self._next_lease_scan = t + min(0.25, self.lease / 4)
         while self._jobs:
             run_id = self._jobs.popleft()
             record = self._record(run_id)

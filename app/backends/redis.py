@@ -96,6 +96,7 @@ class RedisBackend(ServiceEvents):
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
         self.notifier = Notifier(self.client, self.cancel_requested)
         self._group_ready = False
+        self._next_autoclaim = 0.0
 
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._s[name](keys=keys_, args=args)
@@ -347,40 +348,54 @@ class RedisBackend(ServiceEvents):
             self.notifier.forget_cancel(run_id)
 
     # -- dispatch ---------------------------------------------------------------------
-    @_guard
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
-        """See ``Backend.claim``: a lapsed run first (XAUTOCLAIM), then a new job."""
+        """See ``Backend.claim``."""
+        claims = await self.claim_many(worker, timeout, 1)
+        return claims[0] if claims else None
+
+    @_guard
+    async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109
+                         count: int) -> list[Claim]:
+        """See ``Backend.claim_many``: lapsed runs first (XAUTOCLAIM, looked for at most once a
+        second), then new jobs (XREADGROUP COUNT), assigned in one pipeline."""
         try:
-            return await self._claim(worker, timeout)
+            return await self._claim(worker, timeout, count)
         except ResponseError as exc:
             if "NOGROUP" in str(exc):  # Redis lost its data (restart without persistence)
                 self._group_ready = False
             raise
 
-    async def _claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
+    async def _claim(self, worker: str, timeout: float,  # noqa: ASYNC109
+                     count: int) -> list[Claim]:
         await self._ensure_group()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            lapsed: Any = await self.client.xautoclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker,
-                                                  int(self.lease * 1000), "0-0", count=1)
-            for entry_id, fields in lapsed[1]:
-                claim = await self._assign(worker, entry_id, fields)
-                if claim is not None:
-                    return claim
-            if lapsed[1]:
-                continue
-            block = min(BLOCK_MAX, deadline - loop.time())
-            if block <= 0:
-                return None
-            rows: Any = await self.client.xreadgroup(
-                keys.JOBS_GROUP, worker, {keys.JOBS_STREAM: ">"}, count=1,
-                block=max(1, int(block * 1000)))
-            for _, entries in rows or []:
-                for entry_id, fields in entries:
-                    claim = await self._assign(worker, entry_id, fields)
-                    if claim is not None:
-                        return claim
+            entries: list[tuple[bytes, dict[bytes, bytes] | None]] = []
+            if loop.time() >= self._next_autoclaim:
+                lapsed: Any = await self.client.xautoclaim(
+                    keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 1000), "0-0",
+                    count=count)
+                entries = list(lapsed[1])
+                if not entries:
+                    self._next_autoclaim = loop.time() + min(1.0, self.lease / 4)
+            if not entries:
+                block = min(BLOCK_MAX, deadline - loop.time())
+                if block <= 0:
+                    return []
+                rows: Any = await self.client.xreadgroup(
+                    keys.JOBS_GROUP, worker, {keys.JOBS_STREAM: ">"}, count=count,
+                    block=max(1, int(block * 1000)))
+                entries = [entry for _, found in rows or [] for entry in found]
+            claims = await self._assign_all(worker, entries)
+            if claims:
+                return claims
+
+    async def _assign_all(self, worker: str, entries: list[tuple[bytes, dict[bytes, bytes] | None]]
+                          ) -> list[Claim]:
+        found = await asyncio.gather(*(self._assign(worker, entry_id, fields)
+                                       for entry_id, fields in entries))
+        return [claim for claim in found if claim is not None]
 
     async def _assign(self, worker: str, entry_id: bytes, fields: dict[bytes, bytes] | None
                       ) -> Claim | None:
@@ -410,11 +425,9 @@ class RedisBackend(ServiceEvents):
     async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
         """See ``Backend.heartbeat``: XCLAIM JUSTID resets the jobs' idle time."""
         me = orjson.dumps(worker)
-        jobs = []
-        for run_id in run_ids:
-            job = await self._run("HOLDS", [keys.run_key(run_id)], ["", me])
-            if job:
-                jobs.append(job)
+        held = await asyncio.gather(*(self._run("HOLDS", [keys.run_key(run_id)], ["", me])
+                                      for run_id in run_ids))
+        jobs = [job for job in held if job]
         if jobs:
             await self.client.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker, 0, jobs,
                                      justid=True)
