@@ -145,6 +145,18 @@ class MessageWithdrawn:
 
 
 @dataclass(slots=True, kw_only=True)
+class RunCreated:
+    """Service event, always seq 1: the run was accepted and waits for a worker. Written with
+    the run itself, so a subscriber sees the run acknowledged before any worker takes it."""
+
+    type: Literal["run_created"] = "run_created"
+    model: str
+    status: Literal["queued"] = "queued"
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
 class RunResumed:
     """Service event: a worker took the run over after a crash and continues it."""
 
@@ -159,7 +171,7 @@ LoopEvent: TypeAlias = (
     AgentStart | TurnStart | MessageStart | MessageUpdate | MessageEnd | ToolExecutionStart
     | ToolExecutionUpdate | ToolExecutionEnd | TurnEnd | AgentEnd
 )
-ServiceEvent: TypeAlias = MessageQueued | MessageWithdrawn | RunResumed
+ServiceEvent: TypeAlias = RunCreated | MessageQueued | MessageWithdrawn | RunResumed
 Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY

@@ -160,8 +160,10 @@ class Backend(Protocol):
 
     # -- runs --------------------------------------------------------------------------
     async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
-                         request_hash: str | None = None) -> tuple[RunRecord, bool]:
-        """Store a new run and dispatch it; ``(record, created)``. A repeated idempotency key
+                         request_hash: str | None = None,
+                         first_event: ServiceEvent | None = None) -> tuple[RunRecord, bool]:
+        """Store a new run and dispatch it; ``(record, created)``. ``first_event`` becomes
+        seq 1 of its log, written before the run can be claimed. A repeated idempotency key
         with the same hash returns the first run (``created`` False); another hash raises
         ``IdempotencyConflict``."""
         ...
@@ -284,6 +286,11 @@ class ServiceEvents:
         """See ``Backend.append_service_event``."""
         body = encode_event_body(event, run_id=run_id, ts=utc_now())
         return await self.append_events(run_id, None, EventBatch(events=[(event.type, body)]))
+
+
+def first_event_body(run_id: str, event: ServiceEvent) -> tuple[str, bytes]:
+    """``(type, stored JSON)`` of a run's seq-1 event."""
+    return event.type, with_seq(1, encode_event_body(event, run_id=run_id, ts=utc_now()))
 
 
 def now() -> float:

@@ -29,9 +29,11 @@ from app.backends.base import (
     RunRecord,
     ServiceEvents,
     StoredEvent,
+    first_event_body,
     now,
     with_seq,
 )
+from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
 KINDS: tuple[QueueKind, QueueKind] = ("steer", "follow_up")
@@ -85,7 +87,8 @@ class MemoryBackend(ServiceEvents):
 
     # -- runs --------------------------------------------------------------------------
     async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
-                         request_hash: str | None = None) -> tuple[RunRecord, bool]:
+                         request_hash: str | None = None,
+                         first_event: ServiceEvent | None = None) -> tuple[RunRecord, bool]:
         """See ``Backend.create_run``."""
         if idempotency_key is not None:
             seen = self._idem.get((record.tenant, idempotency_key))
@@ -96,8 +99,11 @@ class MemoryBackend(ServiceEvents):
                 if first is not None:
                     return first, False
             self._idem[(record.tenant, idempotency_key)] = (request_hash or "", record.id)
+        state = self._state[record.id] = _RunState()
+        if first_event is not None:
+            record.last_seq = 1
+            state.events.append(StoredEvent(1, *first_event_body(record.id, first_event)))
         self._runs[record.id] = _copy(record)
-        self._state[record.id] = _RunState()
         self._push_job(record.id)
         return _copy(record), True
 

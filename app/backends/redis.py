@@ -39,12 +39,14 @@ from app.backends.base import (
     RunRecord,
     ServiceEvents,
     StoredEvent,
+    first_event_body,
     parse_queue_entry,
     queue_entry,
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_notify import Notifier
 from app.backends.redis_records import decode_record, encode_fields, encode_record
+from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
 P = ParamSpec("P")
@@ -133,14 +135,19 @@ class RedisBackend(ServiceEvents):
     # -- runs --------------------------------------------------------------------------
     @_guard
     async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
-                         request_hash: str | None = None) -> tuple[RunRecord, bool]:
+                         request_hash: str | None = None,
+                         first_event: ServiceEvent | None = None) -> tuple[RunRecord, bool]:
         """See ``Backend.create_run``."""
         if idempotency_key is not None:
             first = await self._idempotent(record, idempotency_key, request_hash or "")
             if first is not None:
                 return first, False
         await self._ensure_group()
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
+            if first_event is not None:
+                record.last_seq = 1
+                type_, data = first_event_body(record.id, first_event)
+                pipe.xadd(keys.events_key(record.id), {"t": type_, "d": data}, id="1-0")
             mapping: Any = encode_record(record)
             pipe.hset(keys.run_key(record.id), mapping=mapping)
             pipe.zadd(keys.tenant_runs_key(record.tenant), {record.id: record.created_at})

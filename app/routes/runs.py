@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from app import metrics
 from app.backends.base import TERMINAL, RunRecord
 from app.errors import ApiError
+from app.events import RunCreated
 from app.logs import bind
 from app.routes.deps import PrincipalDep, ServicesDep
 from app.run_requests import check_model, check_tools, request_hash, stored_request
@@ -43,7 +44,8 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
     key = f"{who.tenant}:{idempotency_key}" if idempotency_key else None
     digest = request_hash({"tenant": who.tenant, "body": body.model_dump(mode="json")})
     record, created = await svc.backend.create_run(record, idempotency_key=key,
-                                                   request_hash=digest)
+                                                   request_hash=digest,
+                                                   first_event=RunCreated(model=model))
     with bind(run_id=record.id, tenant=who.tenant):
         if created:
             metrics.RUNS_CREATED.inc()

@@ -37,7 +37,7 @@ async def test_keys_tenants_and_stream_tokens() -> None:
             other = await api.create(input="other")
             await api.call(_end_run(api.backend, run["id"]))
             frames = await read_all(anon, f"/runs/{run['id']}/events", params={"token": token})
-            assert [f.event for f in frames] == ["agent_end"]
+            assert [f.event for f in frames] == ["run_created", "agent_end"]
             resp = await anon.get(f"/runs/{other['id']}/events", params={"token": token})
             assert resp.status_code == 401
             assert (await anon.get(f"/runs/{run['id']}", params={"token": token})).status_code \

@@ -45,15 +45,16 @@ async def test_replay_then_live_then_close_after_agent_end(api_no_worker: Api) -
         frames = []
         async for frame in stream:
             frames.append(frame)
-            if len(frames) == 3:  # replayed; now the rest arrives live
+            if len(frames) == 4:  # replayed; now the rest arrives live
                 await append(api, run["id"], *turns(4, 2), end(depth=1), end())
         assert stream.closed_by_server
-    assert [f.id for f in frames] == list(range(1, 8))
-    assert [f.event for f in frames] == ["turn_start"] * 5 + ["agent_end", "agent_end"]
+    assert [f.id for f in frames] == list(range(1, 9))
+    assert [f.event for f in frames] == (["run_created"] + ["turn_start"] * 5
+                                         + ["agent_end", "agent_end"])
     for f in frames:
         assert f.data["seq"] == f.id and f.data["type"] == f.event
         assert f.data["run_id"] == run["id"] and f.data["ts"].endswith("Z")
-    assert frames[5].data["depth"] == 1 and frames[6].data["depth"] == 0
+    assert frames[6].data["depth"] == 1 and frames[7].data["depth"] == 0
 
 
 async def test_ended_run_replays_the_full_log_then_closes(api_no_worker: Api) -> None:
@@ -61,9 +62,9 @@ async def test_ended_run_replays_the_full_log_then_closes(api_no_worker: Api) ->
     run = await api.create()
     await append(api, run["id"], *turns(1, 2), end())
     frames = await read_all(api.client, run["events_url"])
-    assert [f.id for f in frames] == [1, 2, 3]
+    assert [f.id for f in frames] == [1, 2, 3, 4]
     after = await read_all(api.client, run["events_url"], params={"after": "2"})
-    assert [f.id for f in after] == [3]
+    assert [f.id for f in after] == [3, 4]
 
 
 async def test_disconnect_and_resume_with_last_event_id(api_no_worker: Api) -> None:
@@ -79,7 +80,7 @@ async def test_disconnect_and_resume_with_last_event_id(api_no_worker: Api) -> N
         last = stream.last_event_id
     await append(api, run["id"], *turns(5, 2), end())
     rest = await read_all(api.client, run["events_url"], last_event_id=last)
-    assert got + [f.id for f in rest] == list(range(1, 8))
+    assert got + [f.id for f in rest] == list(range(1, 9))
 
 
 async def test_three_subscribers_get_identical_streams(api_no_worker: Api) -> None:
@@ -96,7 +97,7 @@ async def test_three_subscribers_get_identical_streams(api_no_worker: Api) -> No
     *streams, _ = await asyncio.gather(*readers, produce())
     raws = [[(f.id, f.raw) for f in s] for s in streams]
     assert raws[0] == raws[1] == raws[2]
-    assert [i for i, _ in raws[0]] == list(range(1, 22))
+    assert [i for i, _ in raws[0]] == list(range(1, 23))
 
 
 async def test_idle_stream_gets_ping_comments(api_no_worker: Api) -> None:
@@ -137,13 +138,13 @@ async def test_stream_survives_a_backend_outage() -> None:
             frames = []
             async for frame in stream:
                 frames.append(frame)
-                if len(frames) == 1:
+                if len(frames) == 2:
                     backend.down = True
                     await asyncio.sleep(0.6)
                     await append(api, run["id"], TurnStart(turn=2), end())
                     backend.down = False
             assert stream.response.status_code == 200
-        assert [f.id for f in frames] == [1, 2, 3]
+        assert [f.id for f in frames] == [1, 2, 3, 4]
         assert "ping" in stream.comments
 
 

@@ -64,7 +64,9 @@ async def test_a_text_run_completes(api: Api) -> None:
     run = await api.create(input="hi", tools=[])
     frames = await read_all(api.client, run["events_url"])
     assert [f.id for f in frames] == list(range(1, len(frames) + 1))
-    assert types(frames)[0] == "agent_start" and types(frames)[-1] == "agent_end"
+    assert types(frames)[:2] == ["run_created", "agent_start"]
+    assert frames[0].data["status"] == "queued" and frames[0].data["model"] == run["model"]
+    assert types(frames)[-1] == "agent_end"
     done = await api.wait_status(run["id"], "completed")
     assert done["stop_reason"] == "stop" and done["result"] == "hello there"
     assert done["error"] is None and done["started_at"] and done["ended_at"]

@@ -85,3 +85,17 @@ async def test_wait_events_wakes_on_append_and_times_out(backend: Backend) -> No
     assert loop.time() - t0 < 0.5
     assert all([e.seq for e in r] == [1] for r in results)
     assert [e.seq for e in await backend.wait_events(claim.run_id, 0, timeout=1)] == [1]
+
+
+async def test_the_first_event_is_written_with_the_run(backend: Backend) -> None:
+    from app.events import RunCreated
+    from tests.backends.helpers import record
+
+    rec, created = await backend.create_run(record(), first_event=RunCreated(model="fake:m"))
+    events = await backend.read_events(rec.id, 0)
+    assert created and [(e.seq, e.type) for e in events] == [(1, "run_created")]
+    data = orjson.loads(events[0].data)
+    assert data["seq"] == 1 and data["status"] == "queued" and data["run_id"] == rec.id
+    claim = await backend.claim("w1", timeout=2)
+    assert claim is not None and claim.run_id == rec.id
+    assert await backend.append_events(rec.id, claim.attempt, batch("a")) == 2
