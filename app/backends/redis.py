@@ -259,19 +259,22 @@ class RedisBackend(ServiceEvents):
                 for eid, f in rows]
 
     async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
-        """See ``Backend.wait_events`` (woken by the process's one notify listener): the waiter
-        is registered before the read, so a batch landing in between still wakes it."""
-        await self.notifier.ensure_started()
-        waiter = self.notifier.events_waiter(run_id)
-        events = await self.read_events(run_id, after)
-        if events:
-            return events
+        """See ``Backend.wait_events`` (woken by the process's one notify listener, which also
+        hands over the batch it announced): the waiter is registered before anything is
+        checked, so a batch landing in between still wakes it."""
+        notes = self.notifier
+        await notes.ensure_started()
+        waiter = notes.events_waiter(run_id)
+        if notes.watch(run_id) != after:  # not known to be caught up: look in the log
+            events = notes.events_after(run_id, after) or await self.read_events(run_id, after)
+            if events:
+                return events
         try:
             async with asyncio.timeout(timeout):
                 await waiter.wait()
         except TimeoutError:
             return []
-        return await self.read_events(run_id, after)
+        return notes.events_after(run_id, after) or await self.read_events(run_id, after)
 
     # -- queues -----------------------------------------------------------------------
     @_guard

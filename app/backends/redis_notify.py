@@ -1,13 +1,18 @@
 """One pub/sub listener per process: wakes event tails and cancel watchers.
 
-Writers publish ``e:<run>`` on ``al:notify`` after each appended batch and ``c:<run>`` on
-cancel. Subscribers never hold a Redis connection of their own: they wait on an
-``asyncio.Event`` here and then read the log with XRANGE, so a slow subscriber slows nobody.
+Writers publish on ``al:notify`` after each appended batch: a header line
+``e:<run>:<first seq>:<last seq>`` followed by the batch itself (one ``seq\ttype\tdata`` line
+per event; left out when the batch is large), and ``c:<run>`` on cancel. Subscribers never hold
+a Redis connection of their own: they wait on an ``asyncio.Event`` here. For runs a tail in this
+process watches, the listener keeps the run's last seq and its latest batch, so a tail that keeps
+up takes the new events straight from the note: no XRANGE per batch (it was the largest share
+of Redis round trips per run). Anything it cannot prove contiguous is read from the log.
 
 Timeline (one SSE tail)::
 
-    wait_events ─ XRANGE (empty) ─ register waiter ─ XRANGE again ─ await ─┐
-    worker ─ append script: XADD … PUBLISH e:run ─▶ listener ─ wake ───────┘─ XRANGE ─▶ events
+    wait_events ─ register waiter ─ last seq known = after? ─ yes ─ await ─┐
+                                                 └─ no ─ XRANGE ─▶ events  │
+    worker ─ append script: XADD … PUBLISH e:run:… ─▶ listener ─ keep batch, wake ─┘─▶ events
 
 After a reconnect (Redis restarted) every event waiter is woken to re-read, and every cancel
 watcher re-checks the run's ``cancel`` flag through ``recheck``: notes sent while the
@@ -25,9 +30,32 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from app.backends.base import StoredEvent
 from app.backends.redis_keys import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
+WATCH_TTL = 60.0
+"""Seconds a run stays watched after its last tail read (then its batch is forgotten)."""
+
+
+def parse_note(data: bytes) -> tuple[str, str, int, list[StoredEvent] | None] | None:
+    """``(kind, run_id, last_seq, batch)`` of a note; batch None when absent or malformed."""
+    head, _, rest = data.partition(b"\n")
+    parts = head.decode().split(":")
+    if len(parts) == 2:
+        return parts[0], parts[1], 0, None
+    if len(parts) != 4 or parts[0] != "e":
+        return None
+    first, last = int(parts[2]), int(parts[3])
+    batch: list[StoredEvent] | None = None
+    if rest:
+        batch = []
+        for line in rest.split(b"\n"):
+            seq, type_, body = line.split(b"\t", 2)
+            batch.append(StoredEvent(int(seq), type_.decode(), body))
+        if [e.seq for e in batch] != list(range(first, last + 1)):
+            batch = None
+    return "e", parts[1], last, batch
 
 
 class Notifier:
@@ -38,6 +66,11 @@ class Notifier:
         self._recheck = recheck
         self._events: dict[str, asyncio.Event] = {}
         self._cancels: dict[str, asyncio.Event] = {}
+        self._watched: dict[str, float] = {}
+        """run_id → when a tail last read it (only these runs' batches are kept)."""
+        self._last: dict[str, int] = {}
+        self._batch: dict[str, list[StoredEvent]] = {}
+        self._sweep_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
@@ -58,6 +91,18 @@ class Notifier:
         if event is None:
             event = self._events[run_id] = asyncio.Event()
         return event
+
+    def watch(self, run_id: str) -> int | None:
+        """Mark ``run_id`` watched; its last seq as the notes tell it (None: not known)."""
+        self._watched[run_id] = asyncio.get_running_loop().time()
+        return self._last.get(run_id)
+
+    def events_after(self, run_id: str, after: int) -> list[StoredEvent] | None:
+        """The events after ``after`` from the run's latest note, if it covers them all."""
+        batch = self._batch.get(run_id)
+        if not batch or not batch[0].seq <= after + 1 <= batch[-1].seq:
+            return None
+        return batch[after + 1 - batch[0].seq:]
 
     def cancel_waiter(self, run_id: str) -> asyncio.Event:
         """The event set when cancel is asked for ``run_id``."""
@@ -99,13 +144,42 @@ class Notifier:
         data = message.get("data")
         if not isinstance(data, bytes):
             return
-        kind, _, run_id = data.decode().partition(":")
-        table = self._events if kind == "e" else self._cancels
-        event = table.pop(run_id, None) if kind == "e" else table.get(run_id)
+        try:
+            note = parse_note(data)
+        except (ValueError, UnicodeDecodeError):
+            note = None
+        if note is None:
+            return
+        kind, run_id, last, batch = note
+        if kind == "e":
+            if run_id in self._watched:
+                self._remember(run_id, last, batch)
+            event = self._events.pop(run_id, None)
+        else:
+            event = self._cancels.get(run_id)
         if event is not None:
             event.set()
 
+    def _remember(self, run_id: str, last: int, batch: list[StoredEvent] | None) -> None:
+        self._last[run_id] = last
+        if batch is None:
+            self._batch.pop(run_id, None)
+        else:
+            self._batch[run_id] = batch
+        now = asyncio.get_running_loop().time()
+        if now >= self._sweep_at:
+            self._sweep_at = now + WATCH_TTL / 4
+            for stale in [r for r, t in self._watched.items() if now - t > WATCH_TTL]:
+                self._forget(stale)
+
+    def _forget(self, run_id: str) -> None:
+        self._watched.pop(run_id, None)
+        self._last.pop(run_id, None)
+        self._batch.pop(run_id, None)
+
     async def _after_reconnect(self) -> None:
+        self._last.clear()  # notes sent while disconnected are lost: knowledge is stale
+        self._batch.clear()
         events, self._events = self._events, {}
         for event in events.values():
             event.set()

@@ -32,11 +32,15 @@ end
 local ne, nc, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local i = 9
 local seq = 0
+local lines, size = {}, 0
 if ne > 0 then seq = redis.call('HINCRBY', run, 'last_seq', ne) - ne end
+local first = seq + 1
 for _ = 1, ne do
   seq = seq + 1
-  redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i],
-             'd', '{"seq":' .. seq .. ',' .. string.sub(ARGV[i + 1], 2))
+  local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i + 1], 2)
+  redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i], 'd', data)
+  size = size + #data
+  if size <= 65536 then lines[#lines + 1] = seq .. '\\t' .. ARGV[i] .. '\\t' .. data end
   i = i + 2
 end
 for _ = 1, nc do redis.call('RPUSH', KEYS[3], ARGV[i]); i = i + 1 end
@@ -48,7 +52,11 @@ for _ = 1, na do
 end
 for _ = 1, nf do redis.call('HSET', run, ARGV[i], ARGV[i + 1]); i = i + 2 end
 if token ~= '' then redis.call('HSET', run, 'token', token) end
-if ne > 0 then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+if ne > 0 then
+  local note = ARGV[8] .. ':' .. first .. ':' .. seq
+  if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
+  redis.call('PUBLISH', ARGV[7], note)
+end
 return tonumber(redis.call('HGET', run, 'last_seq') or '0')
 """
 

@@ -1,0 +1,81 @@
+"""Redis notes carry each batch, so a tail that keeps up never re-reads the log."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.backends import make_backend
+from app.backends.redis import RedisBackend
+from app.backends.redis_notify import parse_note
+from tests.backends.helpers import batch, created_and_claimed
+
+
+@pytest.fixture
+async def redis_backend(redis_url: str) -> AsyncIterator[RedisBackend]:
+    b = make_backend(redis_url, lease=1.0, run_ttl=3600)
+    assert isinstance(b, RedisBackend)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def test_a_tail_that_keeps_up_reads_the_log_once(redis_backend: RedisBackend) -> None:
+    backend = redis_backend
+    claim = await created_and_claimed(backend)
+    reads = 0
+    original = backend.read_events
+
+    async def counting(run_id: str, after: int, limit: int = 1000):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await original(run_id, after, limit)
+
+    backend.read_events = counting  # type: ignore[method-assign]
+    seen: list[int] = []
+
+    async def tail() -> None:
+        after = 0
+        while after < 40:
+            for event in await backend.wait_events(claim.run_id, after, 5.0):
+                seen.append(event.seq)
+                after = event.seq
+
+    reader = asyncio.create_task(tail())
+    await asyncio.sleep(0.05)
+    for n in range(20):
+        await backend.append_events(claim.run_id, claim.attempt, batch(f"a{n}", f"b{n}"))
+        await asyncio.sleep(0.005)
+    await asyncio.wait_for(reader, 5)
+    assert seen == list(range(1, 41))
+    assert reads <= 2  # the first look, and at most one more; not one per batch
+
+
+async def test_a_big_batch_is_announced_without_its_events(redis_backend: RedisBackend
+                                                             ) -> None:
+    backend = redis_backend
+    claim = await created_and_claimed(backend)
+    big = "x" * 70_000
+    waiter = asyncio.create_task(backend.wait_events(claim.run_id, 0, 5.0))
+    await asyncio.sleep(0.05)
+    await backend.append_events(claim.run_id, claim.attempt, batch(big, "small"))
+    events = await asyncio.wait_for(waiter, 5)
+    assert [e.seq for e in events] == [1, 2] and big.encode() in events[0].data
+
+
+def test_notes_parse_and_refuse_what_they_cannot_prove() -> None:
+    note = b'e:run_1:3:4\n3\tturn_start\t{"seq":3}\n4\tturn_end\t{"seq":4}'
+    kind, run_id, last, found = parse_note(note)  # type: ignore[misc]
+    assert (kind, run_id, last) == ("e", "run_1", 4)
+    assert found is not None and [(e.seq, e.type, e.data) for e in found] == [
+        (3, "turn_start", b'{"seq":3}'), (4, "turn_end", b'{"seq":4}')]
+    assert parse_note(b"e:run_1:3:4")[3] is None  # type: ignore[index]
+    gap = b'e:run_1:3:5\n3\tx\t{}\n5\tx\t{}'
+    assert parse_note(gap)[3] is None  # type: ignore[index]
+    assert parse_note(b"c:run_1")[:2] == ("c", "run_1")  # type: ignore[index]
+    with pytest.raises(ValueError):
+        parse_note(b"e:run_1:3:4\nnot a line")
