@@ -34,10 +34,15 @@ async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
     return record
 
 
-async def run_object(backend: Backend, record: RunRecord) -> Run:
-    """The API view of ``record``: input plus checkpointed messages, queue counts."""
-    added, queue = await asyncio.gather(backend.load_checkpoint(record.id),
-                                        backend.queue_lengths(record.id))
+async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False) -> Run:
+    """The API view of ``record``: input plus checkpointed messages, queue counts.
+    ``fresh``: the run was just created, so it has neither (no store reads)."""
+    if fresh:
+        added: list[dict[str, object]] = []
+        queue: dict[str, int] = {}
+    else:
+        added, queue = await asyncio.gather(backend.load_checkpoint(record.id),
+                                            backend.queue_lengths(record.id))
     messages = [*_context_messages(record), *added]
     created = rfc3339(record.created_at)
     assert created is not None

@@ -52,7 +52,7 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
         else:
             response.status_code = 200
     response.headers["Location"] = f"/runs/{record.id}"
-    run = await run_object(svc.backend, record)
+    run = await run_object(svc.backend, record, fresh=created)
     run.stream_token = svc.auth.issue_token(record.id, who.tenant)
     return run
 
