@@ -45,6 +45,7 @@ from app.backends.base import (
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_notify import Notifier
+from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import decode_record, encode_fields, encode_record
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
@@ -96,12 +97,13 @@ class RedisBackend(ServiceEvents):
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
+        self._pipeline = ScriptPipeline(self.client)
         self.notifier = Notifier(self.client, self.cancel_requested)
         self._group_ready = False
         self._next_autoclaim = 0.0
 
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
-        return await self._s[name](keys=keys_, args=args)
+        return await self._pipeline.call(self._s[name], keys_, args)
 
     @_guard
     async def start(self) -> None:
@@ -123,6 +125,7 @@ class RedisBackend(ServiceEvents):
     async def close(self) -> None:
         """Stop the listener and close the pool."""
         await self.notifier.close()
+        await self._pipeline.close()
         await self.client.aclose(close_connection_pool=True)
 
     async def ping(self) -> bool:
