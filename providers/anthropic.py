@@ -11,6 +11,10 @@ Request mapping (docs.anthropic.com, "Messages"):
 - Tool-call ids are rewritten to ``[a-zA-Z0-9_-]{1,64}`` by ``safe_tool_id`` (deterministic).
 - ``tool_choice``: auto→``auto``, required→``any``, none→``none``, forced→``tool``;
   ``parallel_tool_calls=False`` adds ``disable_parallel_tool_use``.
+- No tools but a history holding ``tool_use``/``tool_result`` blocks (an emptied menu on a
+  follow-up): the API rejects that ("Requests which include tool_use or tool_result blocks must
+  define tools"), so a stub definition (empty object schema) is sent for each tool the history
+  names, with ``tool_choice`` ``none`` so none of them can be called.
 - ``options`` keys in ``PASSTHROUGH_OPTIONS`` (e.g. ``thinking``) are copied into the body.
 
 The stream is decoded by ``providers._anthropic_stream``.
@@ -90,10 +94,24 @@ def build_body(request: ModelRequest) -> _Json:
         body["tools"] = [{"name": t.name, "description": t.description,
                           "input_schema": t.parameters} for t in request.tools]
         body["tool_choice"] = tool_choice(request.tool_choice, request.parallel_tool_calls)
+    elif names := history_tool_names(request.messages):
+        body["tools"] = [{"name": name, "input_schema": {"type": "object"}} for name in names]
+        body["tool_choice"] = {"type": "none"}
     for key in PASSTHROUGH_OPTIONS:
         if key in request.options:
             body[key] = request.options[key]
     return body
+
+
+def history_tool_names(messages: list[Message]) -> list[str]:
+    """Names of the tools the history's calls and results refer to, in first-seen order."""
+    names: dict[str, None] = {}
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            names[message.tool_name] = None
+        elif isinstance(message, AssistantMessage):
+            names.update((call.name, None) for call in message.tool_calls())
+    return list(names)
 
 
 def tool_choice(choice: ToolChoice, parallel: bool | None) -> _Json:

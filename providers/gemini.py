@@ -9,6 +9,10 @@ access logs or exception messages. Request mapping (ai.google.dev, "Function cal
 - Assistant text, thinking (``thought: true``) and ``functionCall`` parts carry their
   ``thoughtSignature`` back only when the message came from Gemini; thinking from any other
   provider is sent as plain text.
+- Gemini 3 rejects a history whose step opens with a ``functionCall`` that has no signature
+  (ai.google.dev, "Thought signatures": only the first call of a step carries one, and calls
+  that did not come from Gemini get the documented dummy ``SKIP_SIGNATURE``). So the first
+  ``functionCall`` of each assistant message without a Gemini signature is sent with it.
 - Tool results → ``functionResponse`` parts (role ``user``) with ``response`` ``{"output": text}``,
   or ``{"error": text}`` when ``is_error``. Calls and responses are paired by name and order;
   ids are not sent back because Gemini omits them on most models and ids generated here would
@@ -50,6 +54,8 @@ from providers.messages import (
     UserMessage,
 )
 
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""Google's documented stand-in signature for function calls it did not produce."""
 PASSTHROUGH_GENERATION = ("thinkingConfig", "topP", "topK", "stopSequences", "seed")
 _Json = dict[str, Any]
 
@@ -165,6 +171,9 @@ def _model_parts(message: AssistantMessage) -> list[_Json]:
             if native and block.signature:
                 part["thoughtSignature"] = block.signature
             parts.append(part)
+    calls = [part for part in parts if "functionCall" in part]
+    if calls:
+        calls[0].setdefault("thoughtSignature", SKIP_SIGNATURE)
     return parts
 
 

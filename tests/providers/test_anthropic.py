@@ -260,6 +260,53 @@ async def test_history_tools_and_system_request_json(server: WireServer) -> None
     }
 
 
+@pytest.mark.parametrize("choice", ["auto", "none"])
+async def test_tool_history_without_tools_sends_stub_definitions(server: WireServer,
+                                                                 choice) -> None:
+    """The API rejects tool_use/tool_result blocks in a request that defines no tools
+    ("Requests which include tool_use or tool_result blocks must define tools"): an emptied
+    menu keeps a stub per tool the history names, and tool_choice none so none is called."""
+    history = [
+        UserMessage(content="weather?"),
+        AssistantMessage(provider="openai", content=[
+            ToolCall(id="call_1", name="get_weather", arguments={"location": "Oslo"}),
+            ToolCall(id="call_2", name="get_time", arguments={})]),
+        ToolResultMessage(tool_call_id="call_1", tool_name="get_weather",
+                          content=[TextContent(text="-3C")]),
+        ToolResultMessage(tool_call_id="call_2", tool_name="get_time",
+                          content=[TextContent(text="noon")]),
+        UserMessage(content="and now?"),
+    ]
+    request = ModelRequest(model="claude-sonnet-4-5", messages=history, tools=[],
+                           tool_choice=choice)
+    await run(server, request, Reply(chunks=[fixture("text.sse")]))
+    assert server.requests[0].json == {
+        "model": "claude-sonnet-4-5", "max_tokens": 8192, "stream": True,
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}},
+                  {"name": "get_time", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "none"},
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "call_1", "name": "get_weather",
+                 "input": {"location": "Oslo"}},
+                {"type": "tool_use", "id": "call_2", "name": "get_time", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "is_error": False,
+                 "content": [{"type": "text", "text": "-3C"}]},
+                {"type": "tool_result", "tool_use_id": "call_2", "is_error": False,
+                 "content": [{"type": "text", "text": "noon"}]},
+                {"type": "text", "text": "and now?"}]},
+        ],
+    }
+
+
+async def test_no_tools_and_no_tool_history_sends_no_tools(server: WireServer) -> None:
+    await run(server, hello(tools=[], tool_choice="none"), Reply(chunks=[fixture("text.sse")]))
+    assert "tools" not in server.requests[0].json
+    assert "tool_choice" not in server.requests[0].json
+
+
 @pytest.mark.parametrize(("choice", "parallel", "wire"), [
     ("auto", None, {"type": "auto"}),
     ("required", None, {"type": "any"}),

@@ -12,7 +12,7 @@ from providers._http import RetryPolicy
 from providers.accumulate import Accumulator
 from providers.base import ForcedTool, ModelRequest, ToolSpec
 from providers.events import DoneEvent, ErrorEvent, StartEvent, ToolCallDelta
-from providers.gemini import GeminiProvider
+from providers.gemini import SKIP_SIGNATURE, GeminiProvider
 from providers.messages import (
     AssistantMessage,
     ImageContent,
@@ -224,12 +224,53 @@ async def test_history_tools_and_system_request_json(server: WireServer) -> None
                                       "response": {"error": "no such city"}}}]},
             {"role": "model", "parts": [
                 {"text": "foreign thought"},
-                {"functionCall": {"name": "get_weather", "args": {}}}]},
+                {"functionCall": {"name": "get_weather", "args": {}},
+                 "thoughtSignature": SKIP_SIGNATURE}]},
             {"role": "user", "parts": [
                 {"functionResponse": {"name": "get_weather", "response": {"output": "ok"}}},
                 {"text": "thanks"}]},
         ],
     }
+
+
+async def test_unsigned_function_calls_get_the_documented_dummy_signature(
+        server: WireServer) -> None:
+    """The first call of each step needs a signature on Gemini 3: calls from another provider
+    (or a Gemini one that came without) get ``skip_thought_signature_validator``; later calls of
+    the same step and real signatures are left as they are."""
+    history = [
+        UserMessage(content="weather?"),
+        AssistantMessage(provider="openai", content=[
+            TextContent(text="Two lookups."),
+            ToolCall(id="call_a", name="get_weather", arguments={"location": "Oslo"}),
+            ToolCall(id="call_b", name="get_weather", arguments={"location": "Rome"})]),
+        ToolResultMessage(tool_call_id="call_a", tool_name="get_weather",
+                          content=[TextContent(text="-3C")]),
+        ToolResultMessage(tool_call_id="call_b", tool_name="get_weather",
+                          content=[TextContent(text="18C")]),
+        AssistantMessage(provider="gemini", content=[
+            ToolCall(id="fc_1", name="get_weather", arguments={"location": "Bern"})]),
+        ToolResultMessage(tool_call_id="fc_1", tool_name="get_weather",
+                          content=[TextContent(text="5C")]),
+        AssistantMessage(provider="gemini", content=[
+            ToolCall(id="fc_2", name="get_weather", arguments={"location": "Pisa"},
+                     signature="real-sig")]),
+        ToolResultMessage(tool_call_id="fc_2", tool_name="get_weather",
+                          content=[TextContent(text="20C")]),
+    ]
+    request = ModelRequest(model="gemini-3-pro-preview", messages=history, tools=[WEATHER])
+    await run(server, request, Reply(chunks=[fixture("text.sse")]))
+    models = [c["parts"] for c in server.requests[0].json["contents"] if c["role"] == "model"]
+    assert models == [
+        [{"text": "Two lookups."},
+         {"functionCall": {"name": "get_weather", "args": {"location": "Oslo"}},
+          "thoughtSignature": "skip_thought_signature_validator"},
+         {"functionCall": {"name": "get_weather", "args": {"location": "Rome"}}}],
+        [{"functionCall": {"name": "get_weather", "args": {"location": "Bern"}},
+          "thoughtSignature": "skip_thought_signature_validator"}],
+        [{"functionCall": {"name": "get_weather", "args": {"location": "Pisa"}},
+          "thoughtSignature": "real-sig"}],
+    ]
 
 
 @pytest.mark.parametrize(("choice", "wire"), [
