@@ -151,7 +151,9 @@ class _Body(httpx.AsyncByteStream):
         self._finish(reusable=conn.keep_alive)
 
     async def aclose(self) -> None:
-        self._finish(reusable=False)
+        # a reader that stops at its protocol's own end marker ([DONE], message_stop) usually
+        # has the whole HTTP message in already: then the connection is clean to reuse
+        self._finish(reusable=self._conn.complete and self._conn.keep_alive)
 
     def _finish(self, *, reusable: bool) -> None:
         if self._done:

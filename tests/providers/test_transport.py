@@ -42,6 +42,17 @@ async def test_streams_chunks_and_reuses_the_connection(server, client) -> None:
     assert first.headers["host"] == f"127.0.0.1:{server.port}"
 
 
+async def test_a_reader_that_stops_at_its_own_end_marker_keeps_the_connection(
+        server, client) -> None:
+    server.replies += [Reply(chunks=[b"data: 1\n\ndata: [DONE]\n\n"]), Reply(chunks=[b"ok"])]
+    async with client.stream("GET", server.url) as r:
+        async for _ in r.aiter_raw():
+            await asyncio.sleep(0.05)  # the rest of the message arrives meanwhile
+            break  # nothing is left unread on the wire: the connection can be reused
+    assert (await client.get(server.url)).content == b"ok"
+    assert server.connections == 1
+
+
 async def test_a_response_closed_early_does_not_poison_the_pool(server, client) -> None:
     server.replies += [Reply(chunks=[b"a", b"b", b"c"], delay=0.05), Reply(chunks=[b"ok"])]
     async with client.stream("GET", server.url) as r:
