@@ -253,6 +253,9 @@ async def test_tool_round_trip(name: str, backend: Any, monkeypatch: pytest.Monk
     assert [(c["type"], c["text"]) for c in ends[0]["result"]["content"]] == [("text", OUTPUT)]
     starts = [f.data for f in frames if f.event == "tool_execution_start"]
     assert starts[0]["args"] == {"city": CITY}
+    streamed = "".join(f.data["delta"]["text"] for f in frames if f.event == "message_update"
+                       and f.data["delta"]["kind"] == "toolcall_delta")
+    assert json.loads(streamed) == {"city": CITY}  # the client saw the arguments stream in
     check_wire(case, wire.requests)
     end = frames[-1]
     assert end.event == "agent_end" and end.data["stop_reason"] == "stop"
