@@ -1,9 +1,10 @@
 """Service settings: the only module that reads the environment (and ``.env``).
 
-Every ``AGENTLOOP_*`` variable is a field of ``Settings`` (documented in docs/CONFIG.md). Provider
-credentials (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``AWS_*``, a profile's key variable …)
-are not fields: ``provider_env()`` snapshots the process environment, overlaid on ``.env``, and
-the catalog and the tool gating read that mapping instead of ``os.environ``.
+Every ``AGENTLOOP_*`` variable is a field of ``Settings`` (README.md, "Configuration", lists
+each with its default). Provider credentials (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``,
+``AWS_*``, a profile's key variable …) are not fields: ``provider_env()`` snapshots the process
+environment, overlaid on ``.env``, and the catalog and the tool gating read that mapping
+instead of ``os.environ``.
 """
 
 from __future__ import annotations
