@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from app.backends.base import BackendError, IdempotencyConflict, QueueItemTaken, RunNotFound
+from app.schemas import ErrorBody
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,19 @@ class ApiError(Exception):
         self.message = message
         self.field = field
         self.headers = headers
+
+
+_DOC = {400: "malformed JSON, or an unknown model, tool or toolset",
+        401: "missing or invalid API key", 404: "no such run (or another tenant's)",
+        409: "conflict (idempotency key, ended run, message taken)",
+        413: "request body too large", 415: "request body is not application/json",
+        422: "a field of the wrong shape", 503: "the run store is unavailable (Retry-After)"}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for error statuses, each with the API.md error body (this also
+    replaces FastAPI's default 422 schema, which is not the body this app sends)."""
+    return {status: {"model": ErrorBody, "description": _DOC[status]} for status in statuses}
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:

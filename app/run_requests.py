@@ -10,6 +10,8 @@ normalised; the runner builds the loop from it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -21,7 +23,7 @@ from app.errors import ApiError, deepest_error, field_path
 from app.schemas import CreateRun, ForcedChoice
 from providers.base import Provider
 from providers.catalog import ModelSpecError
-from providers.messages import UserMessage, dump_message, message_adapter
+from providers.messages import ImageContent, TextContent, UserMessage, dump_message, message_adapter
 from tool_registry import MenuError, Registry, build_menu
 
 ResolveProvider = Callable[[str], tuple[Provider, str]]
@@ -52,18 +54,53 @@ def _validation_to_api(exc: ValidationError, prefix: str) -> ApiError:
     return ApiError(422, "validation_error", message, field)
 
 
+def _invalid(field: str, problem: str) -> ApiError:
+    return ApiError(422, "validation_error", f"{field}: {problem}", field)
+
+
+def check_user_content(message: UserMessage, field: str) -> None:
+    """422 for user content no provider accepts: blank text, an empty block list, an image
+    whose ``data`` is not base64 or whose ``mime_type`` is not ``image/*`` (refused here, not
+    as a provider error that fails the run later)."""
+    content = message.content
+    if isinstance(content, str) or not content:
+        if not (isinstance(content, str) and content.strip()):
+            raise _invalid(field, "must not be empty")
+        return
+    for i, block in enumerate(content):
+        if isinstance(block, ImageContent):
+            _check_image(block, f"{field}[{i}]")
+        elif isinstance(block, TextContent) and not block.text.strip():
+            raise _invalid(f"{field}[{i}].text", "must not be empty")
+
+
+def _check_image(image: ImageContent, field: str) -> None:
+    if not image.mime_type.startswith("image/"):
+        raise _invalid(f"{field}.mime_type", "must be an image/* media type")
+    try:
+        ok = bool(image.data) and bool(base64.b64decode(image.data, validate=True))
+    except (binascii.Error, ValueError):
+        ok = False
+    if not ok:
+        raise _invalid(f"{field}.data", "must be non-empty base64")
+
+
 def normalise_input(value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     """A string as is; a list parsed message by message (errors name ``input[i]...``)."""
     if isinstance(value, str):
+        check_user_content(UserMessage(content=value, timestamp=0), "input")
         return value
     if not value:
         raise ApiError(422, "validation_error", "input: must not be an empty list", "input")
     out = []
     for i, raw in enumerate(value):
         try:
-            out.append(dump_message(message_adapter.validate_python(raw)))
+            message = message_adapter.validate_python(raw)
         except ValidationError as exc:
             raise _validation_to_api(exc, f"input[{i}]") from exc
+        if isinstance(message, UserMessage):
+            check_user_content(message, f"input[{i}].content")
+        out.append(dump_message(message))
     return out
 
 
@@ -74,6 +111,7 @@ def user_message(content: str | list[dict[str, Any]]) -> UserMessage:
     except ValidationError as exc:
         raise _validation_to_api(exc, "") from exc
     assert isinstance(message, UserMessage)
+    check_user_content(message, "content")
     return message
 
 

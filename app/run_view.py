@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime
 
 from app.backends.base import Backend, RunNotFound, RunRecord
@@ -26,8 +27,15 @@ def events_url(run_id: str) -> str:
     return f"/runs/{run_id}/events"
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""What a run id can look like (``new_run_id`` makes ``run_<32 hex>``); anything else is 404
+before the backend is asked (``../``, unicode, 8 KiB ids never become store keys)."""
+
+
 async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
     """The tenant's run; ``RunNotFound`` (404) for a missing run or another tenant's."""
+    if not RUN_ID.fullmatch(run_id):
+        raise RunNotFound(run_id)
     record = await backend.get_run(run_id)
     if record is None or record.tenant != tenant:
         raise RunNotFound(run_id)

@@ -120,6 +120,20 @@ class ToolInfo(BaseModel):
     deferred: bool
 
 
+class ErrorDetail(BaseModel):
+    """What went wrong: a machine code, a sentence, and the offending field (or null)."""
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body (API.md)."""
+
+    error: ErrorDetail
+
+
 class Health(BaseModel):
     """``/healthz`` and ``/readyz``."""
 

@@ -7,25 +7,31 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse
 
-from app.errors import ApiError
+from app.errors import ApiError, documented
 from app.routes.deps import ServicesDep
 from app.run_view import load_run
 from app.sse import event_stream
 
 router = APIRouter(tags=["events"])
+MAX_SEQ = 2**63 - 1
+"""Largest seq a client may resume after (a Redis stream id's part is 64-bit)."""
 
 
 def _seq(value: str | None, field: str) -> int:
+    """ASCII digits only (``str.isdigit`` also passes ``"²"``, which ``int`` refuses), and the
+    length is checked before ``int`` parses it."""
     if value is None or value == "":
         return 0
-    if not value.isdigit():
-        raise ApiError(422, "validation_error", f"{field} must be a non-negative integer", field)
+    if not (value.isascii() and value.isdigit() and len(value) <= 19 and int(value) <= MAX_SEQ):
+        raise ApiError(422, "validation_error",
+                       f"{field} must be an integer from 0 to {MAX_SEQ}", field)
     return int(value)
 
 
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse,
             responses={200: {"content": {"text/event-stream": {}},
-                             "description": "id: seq, event: type, data: the event's JSON"}})
+                             "description": "id: seq, event: type, data: the event's JSON"},
+                       **documented(401, 404, 422, 503)})
 async def run_events(run_id: str, request: Request, svc: ServicesDep,
                      after: Annotated[str | None, Query(description="resume after seq")] = None,
                      token: Annotated[str | None, Query(description="stream token")] = None,

@@ -12,18 +12,20 @@ from fastapi import APIRouter, Response
 
 from app import metrics
 from app.backends.base import TERMINAL, RunNotFound
-from app.errors import ApiError
+from app.errors import ApiError, documented
 from app.events import MessageQueued, MessageWithdrawn
 from app.logs import bind
 from app.queues import QueuedMessage, QueueKind
 from app.routes.deps import PrincipalDep, ServicesDep
+from app.routes.strict_json import StrictJsonRoute
 from app.run_requests import user_message
 from app.run_view import load_run
 from app.schemas import Queued, QueueItem, QueueList, QueueMessageIn
 from app.services import Services
 from providers.messages import dump_message
 
-router = APIRouter(tags=["queue"])
+router = APIRouter(tags=["queue"], route_class=StrictJsonRoute)
+_ENQUEUE_ERRORS = documented(400, 401, 404, 409, 413, 415, 422, 503)
 
 
 async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
@@ -40,21 +42,24 @@ async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
     return Queued(message_id=item.id, kind=kind, position=position)
 
 
-@router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued)
+@router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued,
+             responses=_ENQUEUE_ERRORS)
 async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                 who: PrincipalDep) -> Queued:
     """Queue a steering message: injected after the running tool (remaining picks skipped)."""
     return await _enqueue(svc, who.tenant, run_id, "steer", body)
 
 
-@router.post("/runs/{run_id}/follow_up", status_code=202, response_model=Queued)
+@router.post("/runs/{run_id}/follow_up", status_code=202, response_model=Queued,
+             responses=_ENQUEUE_ERRORS)
 async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                     who: PrincipalDep) -> Queued:
     """Queue a follow-up message: taken when the loop would otherwise stop."""
     return await _enqueue(svc, who.tenant, run_id, "follow_up", body)
 
 
-@router.get("/runs/{run_id}/queue", response_model=QueueList)
+@router.get("/runs/{run_id}/queue", response_model=QueueList,
+            responses=documented(401, 404, 503))
 async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueList:
     """Messages still waiting, steering first, oldest first."""
     await load_run(svc.backend, run_id, who.tenant)
@@ -69,8 +74,7 @@ async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueL
 
 
 @router.delete("/runs/{run_id}/queue/{message_id}", status_code=204,
-               responses={404: {"description": "no such run or message"},
-                          409: {"description": "the loop already took the message"}})
+               responses=documented(401, 404, 409, 503))
 async def withdraw(run_id: str, message_id: str, svc: ServicesDep,
                    who: PrincipalDep) -> Response:
     """Withdraw a message the loop has not taken yet."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from typing import Annotated
@@ -11,16 +12,19 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from app import metrics
 from app.backends.base import TERMINAL, RunRecord
-from app.errors import ApiError
+from app.errors import ApiError, documented
 from app.events import RunCreated
 from app.logs import bind
 from app.routes.deps import PrincipalDep, ServicesDep
+from app.routes.strict_json import StrictJsonRoute
 from app.run_requests import check_model, check_tools, request_hash, stored_request
-from app.run_view import load_run, run_object
+from app.run_view import RUN_ID, load_run, run_object
 from app.schemas import CreateRun, Run, RunList
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 _STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+IDEMPOTENCY_KEY_MAX = 255
+"""Longest ``Idempotency-Key`` accepted (it becomes part of a store key)."""
 
 
 def new_run_id() -> str:
@@ -28,12 +32,21 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
+def _check_idempotency_key(key: str | None) -> None:
+    if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+        raise ApiError(422, "validation_error", f"Idempotency-Key: at most "
+                       f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
+
+
 @router.post("/runs", status_code=201, response_model=Run,
-             responses={200: {"model": Run, "description": "idempotent repeat"}})
+             responses={200: {"model": Run, "description": "idempotent repeat"},
+                        **documented(400, 401, 409, 413, 415, 422, 503)})
 async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
-                     idempotency_key: Annotated[str | None, Header()] = None) -> Run:
+                     idempotency_key: Annotated[str | None, Header(
+                         json_schema_extra={"maxLength": IDEMPOTENCY_KEY_MAX})] = None) -> Run:
     """Start a run; it proceeds on a worker while this returns."""
+    _check_idempotency_key(idempotency_key)
     model = body.model or svc.default_model
     check_model(model, svc.resolve_provider)
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
@@ -57,7 +70,8 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
     return run
 
 
-@router.get("/runs/{run_id}", response_model=Run, response_model_exclude={"stream_token"})
+@router.get("/runs/{run_id}", response_model=Run, response_model_exclude={"stream_token"},
+            responses=documented(401, 404, 503))
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """One of the caller's runs."""
     return await run_object(svc.backend, await load_run(svc.backend, run_id, who.tenant))
@@ -68,8 +82,23 @@ def _metadata_filters(request: Request) -> dict[str, str]:
             if k.startswith("metadata.") and len(k) > len("metadata.")}
 
 
+def _check_cursor(cursor: str | None) -> None:
+    """422 unless ``cursor`` has the shape ``next_cursor`` has (``<created_at>|<run id>``); the
+    backends would otherwise restart from the newest run or pass a NaN score to the store."""
+    if not cursor:
+        return
+    created, _, run_id = cursor.partition("|")
+    try:
+        ok = math.isfinite(float(created)) and bool(RUN_ID.fullmatch(run_id))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ApiError(422, "validation_error", "cursor: not a cursor this API returned",
+                       "cursor")
+
+
 @router.get("/runs", response_model=RunList, response_model_exclude={"runs": {"__all__": {
-    "stream_token"}}})
+    "stream_token"}}}, responses=documented(401, 422, 503))
 async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                     status: str | None = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -78,6 +107,7 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
     if status is not None and status not in _STATUSES:
         raise ApiError(422, "validation_error", f"status must be one of {', '.join(_STATUSES)}",
                        "status")
+    _check_cursor(cursor)
     try:
         page = await svc.backend.list_runs(who.tenant, status=status,
                                            metadata=_metadata_filters(request), limit=limit,
@@ -89,7 +119,7 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
-             response_model_exclude={"stream_token"})
+             response_model_exclude={"stream_token"}, responses=documented(401, 404, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """Abort the run (idempotent; a no-op once it has ended)."""
     record = await load_run(svc.backend, run_id, who.tenant)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.errors import documented
 from app.routes.deps import PrincipalDep, ServicesDep
 from app.schemas import ToolInfo
 from tool_registry import build_menu
@@ -11,7 +12,7 @@ from tool_registry import build_menu
 router = APIRouter(tags=["tools"])
 
 
-@router.get("/tools", response_model=list[ToolInfo])
+@router.get("/tools", response_model=list[ToolInfo], responses=documented(401))
 async def list_tools(svc: ServicesDep, who: PrincipalDep) -> list[ToolInfo]:
     """Every tool the full menu offers (deferred ones included), with its toolsets."""
     menu = build_menu(toolset="full", disabled=svc.settings.disabled_tool_list(),
