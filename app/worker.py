@@ -103,10 +103,24 @@ class Worker:
             self._slot_freed.set()
 
     async def _claim(self, stop: asyncio.Event, count: int) -> list[Claim]:
+        """Claim up to ``count`` runs; a stop interrupts a claim that is still waiting."""
         if stop.is_set():
             return []
+        claiming = asyncio.ensure_future(
+            self.backend.claim_many(self.name, min(1.0, self.lease / 3), count))
+        stopping = asyncio.ensure_future(stop.wait())
         try:
-            return await self.backend.claim_many(self.name, min(1.0, self.lease / 3), count)
+            await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if not claiming.done():
+            claiming.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BackendError):
+                await claiming
+            if not claiming.done() or claiming.cancelled():
+                return []
+        try:
+            return claiming.result()
         except BackendError as exc:
             log.warning("worker %s: claim failed (%s)", self.name, exc)
             await asyncio.sleep(0.2)
@@ -134,7 +148,7 @@ class Worker:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
 
     async def _shutdown_on(self, stop: asyncio.Event) -> None:
-        """On stop, hand running runs back at once (a pending claim may still take ≤ 1 s)."""
+        """On stop, hand running runs back at once (a waiting claim is interrupted too)."""
         await stop.wait()
         await self._shutdown()
 
