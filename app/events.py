@@ -9,6 +9,7 @@ they do not know.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias
@@ -174,11 +175,31 @@ LoopEvent: TypeAlias = (
 ServiceEvent: TypeAlias = RunCreated | MessageQueued | MessageWithdrawn | RunResumed
 Event: TypeAlias = LoopEvent | ServiceEvent
 
-_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+_OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
+_OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id"})
+"""Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null``."""
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _default(value: object) -> object:
-    return str(value)
+    """Dataclasses as objects without their unset optional fields; anything else as text."""
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(value) or isinstance(value, type):
+            return str(value)
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
+    out = {}
+    for name in names:
+        item = getattr(value, name)
+        if item is not None or name not in _OMIT_IF_NONE:
+            out[name] = item
+    return out
+
+
+def json_bytes(value: object) -> bytes:
+    """The JSON of any event, message or content block, as stored and streamed."""
+    return orjson.dumps(value, default=_default, option=_OPTS)
 
 
 def utc_now() -> str:

@@ -30,11 +30,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import orjson
-
 from app import metrics
 from app.backends.base import Backend, BackendError, EventBatch, FencedOut
-from app.events import Event, encode_event_body
+from app.events import Event, encode_event_body, json_bytes
 from app.metrics import RunTimings
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
@@ -121,7 +119,7 @@ class EventSink:
             encoded.append((event.type, encode_event_body(event, run_id=self.run_id,
                                                           ts=self._ts(t))))
             if event.type == "message_end" and event.depth == 0:
-                checkpoint.append(orjson.dumps(event.message))
+                checkpoint.append(json_bytes(event.message))
         self._batches += 1
         return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,
                           fields=fields or None, token=f"{self.attempt}:{self._batches}")

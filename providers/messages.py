@@ -148,13 +148,15 @@ def text_result(text: str, *, tool_call_id: str, tool_name: str, is_error: bool 
 
 
 def dump_message(message: Message) -> dict[str, Any]:
-    """The JSON-ready dict of a message (API.md shape)."""
-    return message_adapter.dump_python(message, mode="json")  # type: ignore[no-any-return]
+    """The JSON-ready dict of a message (API.md shape; unset optional fields left out)."""
+    return message_adapter.dump_python(message, mode="json",  # type: ignore[no-any-return]
+                                       exclude_none=True)
 
 
 def dump_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """The JSON-ready list of messages."""
-    return messages_adapter.dump_python(messages, mode="json")  # type: ignore[no-any-return]
+    return messages_adapter.dump_python(messages, mode="json",  # type: ignore[no-any-return]
+                                        exclude_none=True)
 
 
 def load_messages(data: object) -> list[Message]:
