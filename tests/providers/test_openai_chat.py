@@ -52,7 +52,7 @@ async def test_text_usage_and_cached_tokens(client, server) -> None:
     assert [e.type for e in events] == ["start", "text_start", "text_delta", "text_delta",
                                         "text_delta", "text_end", "done"]
     assert events[0].model == "gpt-4.1-mini-2025-04-14"
-    assert msg["content"] == [{"type": "text", "text": "héllo 🌍, wörld", "signature": None}]
+    assert msg["content"] == [{"type": "text", "text": "héllo 🌍, wörld"}]
     assert msg["stop_reason"] == "stop"
     assert msg["usage"] == {"input_tokens": 176, "output_tokens": 7, "cache_read_tokens": 1024,
                             "cache_write_tokens": 0, "total_tokens": 1207}
@@ -74,11 +74,11 @@ async def test_content_and_tool_calls_with_late_id_and_name(client, server) -> N
     server.replies.append(Reply(chunks=[fixture("openai_chat/tool_calls.sse")]))
     events, msg = await collect(chat(client, server), HI)
     assert msg["content"] == [
-        {"type": "text", "text": "Let me check 🌍.", "signature": None},
+        {"type": "text", "text": "Let me check 🌍."},
         {"type": "tool_call", "id": "call_abc", "name": "get_weather",
-         "arguments": {"city": "München", "unit": "C"}, "signature": None},
+         "arguments": {"city": "München", "unit": "C"}},
         {"type": "tool_call", "id": "call_def", "name": "get_time",
-         "arguments": {"tz": "Europe/Berlin"}, "signature": None},
+         "arguments": {"tz": "Europe/Berlin"}},
     ]
     assert msg["stop_reason"] == "tool_use"
     starts = [e for e in events if e.type == "toolcall_start"]
@@ -116,7 +116,7 @@ async def test_broken_stream_is_retryable_error(client, server) -> None:
     server.replies.append(Reply(chunks=split_at(data, 300, 600), drop_after=2))
     events, msg = await collect(chat(client, server), HI)
     assert events[-1].type == "error" and events[-1].retryable
-    assert msg["error_message"].startswith("stream broken")
+    assert msg["error_message"].startswith("openai: the stream broke midway")
     assert len(server.requests) == 1
 
 
@@ -143,7 +143,7 @@ async def test_400_is_not_retried_and_keeps_provider_message(client, server) -> 
     server.replies.append(Reply(400, [body], content_type="application/json"))
     events, msg = await collect(chat(client, server), HI)
     assert [e.type for e in events] == ["start", "error"]
-    assert msg["error_message"] == "Invalid value for 'tool_choice'."
+    assert msg["error_message"] == "openai: HTTP 400: Invalid value for 'tool_choice'."
     assert events[-1].retryable is False and len(server.requests) == 1
 
 
