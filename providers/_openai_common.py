@@ -1,9 +1,10 @@
 """What the two OpenAI adapters (Chat Completions and Responses) share.
 
-``drive_stream`` is the one place that opens the HTTP stream, feeds SSE events to a protocol
-parser and turns every failure into an ``error`` event, so that each adapter only has to map
-wire events to provider events. The open response is closed in a ``finally``: closing the
-generator early (abort) closes the connection.
+``SSEEndpoint.stream`` is each adapter's whole ``stream``: it encodes the JSON body, POSTs it and
+runs the response through ``guarded_stream`` (the frame every adapter shares: retries, ``start``
+first, exactly one ``done``/``error``, the response closed on every path) with an
+``SSEParserDecoder``, so that each adapter only supplies its body and a ``StreamParser`` mapping
+wire to events.
 
 Choices shared by both adapters (documented here once):
 
@@ -16,41 +17,100 @@ Choices shared by both adapters (documented here once):
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
-from typing import Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 
 import httpx
+import orjson
 
-from providers._http import ProviderHTTPError, RetryPolicy, open_stream
+from providers._http import RetryPolicy
 from providers._sse import SSEEvent, iter_sse
-from providers.events import ErrorEvent, ProviderEvent, StartEvent
+from providers._stream_guard import guarded_stream
+from providers.events import ProviderEvent, StartEvent
 from providers.messages import ImageContent, TextContent, ToolResultMessage, Usage
-
-log = logging.getLogger(__name__)
 
 ERROR_PREFIX = "Error: "
 IMAGES_FOLLOW = "(images attached in the next message)"
 
 
-class StreamParser(Protocol):
-    """One protocol's wire → provider-event mapping for one response."""
+class StreamParser:
+    """One protocol's wire → provider-event mapping for one response (one subclass per protocol).
 
-    finished: bool
-    """True once ``done`` or ``error`` was produced: nothing more is read."""
+    The base holds what both protocols share: the ``usage`` reported so far (attached to the
+    ``error`` of a broken stream) and the one ``start`` event.
+    """
+
+    def __init__(self, model: str) -> None:
+        self.finished = False
+        """True once ``done`` or ``error`` was produced."""
+        self.usage = Usage()
+        self._model = model
+        self._started = False
 
     def feed(self, event: SSEEvent) -> list[ProviderEvent]:
-        """Events for one SSE event."""
-        ...
+        """Events for one SSE event (ending with ``done`` or ``error`` once the reply is over)."""
+        raise NotImplementedError
 
     def end(self) -> list[ProviderEvent]:
         """Events for the end of the byte stream (``error`` when no terminal event came)."""
-        ...
+        raise NotImplementedError
 
-    def fail(self, message: str, *, retryable: bool) -> list[ProviderEvent]:
-        """``start`` if not yet sent, then an ``error`` event."""
-        ...
+    def _start(self, model: object) -> list[ProviderEvent]:
+        """``[start]`` the first time (``model`` when the wire named one), then ``[]``."""
+        if self._started:
+            return []
+        self._started = True
+        return [StartEvent(model=model if isinstance(model, str) and model else self._model)]
+
+
+class SSEParserDecoder:
+    """The ``WireDecoder`` that runs a response's SSE events through a ``StreamParser``."""
+
+    __slots__ = ("_parser",)
+
+    def __init__(self, parser: StreamParser) -> None:
+        self._parser = parser
+
+    @property
+    def usage(self) -> Usage:
+        """The parser's usage so far."""
+        return self._parser.usage
+
+    async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
+        """The parser's events; ``guarded_stream`` stops reading at the terminal one."""
+        feed = self._parser.feed
+        async for sse in iter_sse(response.aiter_bytes()):
+            for event in feed(sse):
+                yield event
+        for event in self._parser.end():
+            yield event
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEndpoint:
+    """Where and how one OpenAI-style adapter POSTs; its ``stream`` is the adapter's ``stream``."""
+
+    client: httpx.AsyncClient
+    url: str
+    api_key: str | None = field(repr=False)
+    retry: RetryPolicy
+    timeout: httpx.Timeout | None
+
+    def stream(self, label: str, model: str, body: Callable[[], object],
+               parser: StreamParser) -> AsyncIterator[ProviderEvent]:
+        """POST ``body()`` as JSON and stream the reply through ``parser``, never raising.
+
+        The body is built and encoded inside the frame, so a request that cannot be encoded is
+        an ``error`` event too.
+        """
+        async def build() -> httpx.Request:
+            return self.client.build_request(
+                "POST", self.url, content=orjson.dumps(body()),
+                headers=auth_headers(self.api_key),
+                timeout=self.timeout or httpx.USE_CLIENT_DEFAULT)
+
+        return guarded_stream(label=label, model=model, client=self.client, build=build,
+                              retry=self.retry, decoder=SSEParserDecoder(parser))
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
@@ -78,51 +138,3 @@ def tool_images(results: Sequence[ToolResultMessage]) -> list[tuple[str, ImageCo
     """(tool call id, image) for every image in ``results``, in order."""
     return [(r.tool_call_id, c) for r in results for c in r.content
             if isinstance(c, ImageContent)]
-
-
-def error_start(model: str, message: str, *, retryable: bool,
-                usage: Usage | None = None) -> list[ProviderEvent]:
-    """``start`` then ``error``: a stream that failed before its first event."""
-    return [StartEvent(model=model),
-            ErrorEvent(stop_reason="error", error_message=message, retryable=retryable,
-                       usage=usage or Usage())]
-
-
-async def drive_stream(client: httpx.AsyncClient, request: httpx.Request, retry: RetryPolicy,
-                       parser: StreamParser) -> AsyncGenerator[ProviderEvent, None]:
-    """Send ``request``, map its SSE events with ``parser``; never raises after the first event."""
-    try:
-        response = await open_stream(client, request, retry)
-    except ProviderHTTPError as exc:
-        for event in parser.fail(exc.message, retryable=exc.retryable):
-            yield event
-        return
-    except httpx.HTTPError as exc:
-        for event in parser.fail(f"connection failed: {type(exc).__name__}: {exc}",
-                                 retryable=True):
-            yield event
-        return
-    try:
-        async with aclosing(_parse(response, parser)) as events:
-            async for event in events:
-                yield event
-    finally:
-        await response.aclose()
-
-
-async def _parse(response: httpx.Response,
-                 parser: StreamParser) -> AsyncGenerator[ProviderEvent, None]:
-    try:
-        async for sse in iter_sse(response.aiter_bytes()):
-            for event in parser.feed(sse):
-                yield event
-            if parser.finished:
-                return
-        tail = parser.end()
-    except httpx.HTTPError as exc:
-        tail = parser.fail(f"stream broken: {type(exc).__name__}: {exc}", retryable=True)
-    except Exception as exc:  # a wire shape we did not expect: still an event, never a raise
-        log.exception("unexpected provider stream content")
-        tail = parser.fail(f"could not read the provider stream: {exc!r}", retryable=False)
-    for event in tail:
-        yield event

@@ -28,6 +28,8 @@ from providers.messages import Usage
 
 log = logging.getLogger(__name__)
 
+_TERMINAL = (DoneEvent, ErrorEvent)  # a tuple: ``A | B`` would build a union per event
+
 
 class WireDecoder(Protocol):
     """Turns one open 2xx response into provider events.
@@ -36,7 +38,10 @@ class WireDecoder(Protocol):
     the stream breaks. The decoder may yield its own terminal event (an in-stream error frame).
     """
 
-    usage: Usage
+    @property
+    def usage(self) -> Usage:
+        """What the stream has reported so far (read only by the frame)."""
+        ...
 
     def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The events of ``response``; may raise on transport or format failures."""
@@ -74,7 +79,7 @@ async def guarded_stream(*, label: str, model: str, client: httpx.AsyncClient,
                     yield StartEvent(model=model)
                 started = True
                 yield event
-                if isinstance(event, DoneEvent | ErrorEvent):
+                if isinstance(event, _TERMINAL):
                     return
         tail = _broken(label, "the stream ended before the reply was complete", decoder)
     except httpx.HTTPError as exc:

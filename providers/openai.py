@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -28,7 +27,7 @@ import httpx
 import orjson
 
 from providers._http import RetryPolicy
-from providers._openai_common import auth_headers, drive_stream, error_start
+from providers._openai_common import SSEEndpoint, StreamParser
 from providers._openai_wire import DeltaToolCall, build_body
 from providers._sse import SSEEvent
 from providers.base import ModelRequest
@@ -36,7 +35,6 @@ from providers.events import (
     DoneEvent,
     ErrorEvent,
     ProviderEvent,
-    StartEvent,
     TextDelta,
     TextEnd,
     TextStart,
@@ -63,33 +61,19 @@ class OpenAIChatProvider:
                  max_tokens_field: str = "max_completion_tokens",
                  timeout: httpx.Timeout | None = None) -> None:
         self.name = name
-        self._client = client
-        self._url = base_url.rstrip("/") + "/chat/completions"
-        self._api_key = api_key
-        self._retry = retry
+        url = base_url.rstrip("/") + "/chat/completions"
+        self._endpoint = SSEEndpoint(client, url, api_key, retry, timeout)
         self._max_tokens_field = max_tokens_field
-        self._timeout = timeout
 
     def __repr__(self) -> str:  # no key in logs
-        return f"OpenAIChatProvider(name={self.name!r}, url={self._url!r})"
+        return f"OpenAIChatProvider(name={self.name!r}, url={self._endpoint.url!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see the module doc for the mapping)."""
-        try:
-            body = orjson.dumps(build_body(request, max_tokens_field=self._max_tokens_field))
-        except (TypeError, ValueError) as exc:
-            for event in error_start(request.model, f"cannot encode request: {exc}",
-                                     retryable=False):
-                yield event
-            return
-        http_request = self._client.build_request(
-            "POST", self._url, content=body, headers=auth_headers(self._api_key),
-            timeout=self._timeout or httpx.USE_CLIENT_DEFAULT)
-        parser = ChatStreamParser(request.model)
-        async with aclosing(drive_stream(self._client, http_request, self._retry,
-                                         parser)) as events:
-            async for event in events:
-                yield event
+        tokens_field = self._max_tokens_field
+        return self._endpoint.stream(self.name, request.model,
+                                     lambda: build_body(request, max_tokens_field=tokens_field),
+                                     ChatStreamParser(request.model))
 
 
 @dataclass(slots=True)
@@ -102,19 +86,16 @@ class _Call:
     """Argument fragments that came before the name (sent once ``toolcall_start`` is)."""
 
 
-class ChatStreamParser:
+class ChatStreamParser(StreamParser):
     """Maps Chat Completions chunks to provider events for one response."""
 
     def __init__(self, model: str) -> None:
-        self.finished = False
-        self._model = model
-        self._started = False
+        super().__init__(model)
         self._next = 0
         self._text: int | None = None
         self._thinking: int | None = None
         self._calls: dict[int, _Call] = {}
         self._finish: str | None = None
-        self._usage = Usage()
 
     def feed(self, event: SSEEvent) -> list[ProviderEvent]:
         """Events for one ``data:`` line."""
@@ -130,7 +111,7 @@ class ChatStreamParser:
         if chunk.get("error"):
             return out + self._wire_error(chunk["error"])
         if isinstance(chunk.get("usage"), dict):
-            self._usage = _usage(chunk["usage"])
+            self.usage = _usage(chunk["usage"])
         choices = chunk.get("choices") or []
         if choices and isinstance(choices[0], dict):
             out += self._choice(choices[0])
@@ -144,14 +125,8 @@ class ChatStreamParser:
         """``start`` (if not sent yet) and an ``error``."""
         self.finished = True
         error = ErrorEvent(stop_reason="error", error_message=message, retryable=retryable,
-                           usage=self._usage)
+                           usage=self.usage)
         return [*self._start(None), error]
-
-    def _start(self, model: object) -> list[ProviderEvent]:
-        if self._started:
-            return []
-        self._started = True
-        return [StartEvent(model=model if isinstance(model, str) and model else self._model)]
 
     def _choice(self, choice: dict[str, Any]) -> list[ProviderEvent]:
         delta = choice.get("delta") or {}
@@ -239,11 +214,11 @@ class ChatStreamParser:
         if self._finish == "content_filter":
             message = "the provider's content filter stopped the reply"
             return [*out, ErrorEvent(stop_reason="error", error_message=message,
-                                     usage=self._usage)]
+                                     usage=self.usage)]
         reason = _STOP.get(self._finish, "stop")
         if reason == "stop" and had_calls:
             reason = "tool_use"
-        return [*out, DoneEvent(stop_reason=reason, usage=self._usage)]
+        return [*out, DoneEvent(stop_reason=reason, usage=self.usage)]
 
     def _wire_error(self, error: object) -> list[ProviderEvent]:
         if not isinstance(error, dict):

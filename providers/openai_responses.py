@@ -24,14 +24,13 @@ item's ``output_index`` as the ``content_index``:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, Literal
 
 import httpx
 import orjson
 
 from providers._http import RetryPolicy
-from providers._openai_common import auth_headers, drive_stream, error_start
+from providers._openai_common import SSEEndpoint, StreamParser
 from providers._openai_responses_wire import build_body
 from providers._sse import SSEEvent
 from providers.base import ModelRequest
@@ -39,7 +38,6 @@ from providers.events import (
     DoneEvent,
     ErrorEvent,
     ProviderEvent,
-    StartEvent,
     TextDelta,
     TextEnd,
     TextStart,
@@ -65,41 +63,24 @@ class OpenAIResponsesProvider:
                  retry: RetryPolicy = RetryPolicy(),  # noqa: B008
                  name: str = "openai-responses", timeout: httpx.Timeout | None = None) -> None:
         self.name = name
-        self._client = client
-        self._url = base_url.rstrip("/") + "/responses"
-        self._api_key = api_key
-        self._retry = retry
-        self._timeout = timeout
+        url = base_url.rstrip("/") + "/responses"
+        self._endpoint = SSEEndpoint(client, url, api_key, retry, timeout)
 
     def __repr__(self) -> str:  # no key in logs
-        return f"OpenAIResponsesProvider(name={self.name!r}, url={self._url!r})"
+        return f"OpenAIResponsesProvider(name={self.name!r}, url={self._endpoint.url!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see the module doc for the mapping)."""
-        try:
-            body = orjson.dumps(build_body(request, provider=self.name))
-        except (TypeError, ValueError) as exc:
-            for event in error_start(request.model, f"cannot encode request: {exc}",
-                                     retryable=False):
-                yield event
-            return
-        http_request = self._client.build_request(
-            "POST", self._url, content=body, headers=auth_headers(self._api_key),
-            timeout=self._timeout or httpx.USE_CLIENT_DEFAULT)
-        parser = ResponsesStreamParser(request.model)
-        async with aclosing(drive_stream(self._client, http_request, self._retry,
-                                         parser)) as events:
-            async for event in events:
-                yield event
+        return self._endpoint.stream(self.name, request.model,
+                                     lambda: build_body(request, provider=self.name),
+                                     ResponsesStreamParser(request.model))
 
 
-class ResponsesStreamParser:
+class ResponsesStreamParser(StreamParser):
     """Maps Responses streaming events to provider events for one response."""
 
     def __init__(self, model: str) -> None:
-        self.finished = False
-        self._model = model
-        self._started = False
+        super().__init__(model)
         self._open: dict[int, str] = {}  # output_index → "text" | "thinking" | "call"
         self._filled: set[int] = set()  # blocks that received at least one delta
         self._summary: dict[int, int] = {}  # reasoning output_index → last summary_index
@@ -132,12 +113,6 @@ class ResponsesStreamParser:
         error = ErrorEvent(stop_reason="error", error_message=message, retryable=retryable,
                            usage=usage or Usage())
         return [*self._start(None), error]
-
-    def _start(self, model: object) -> list[ProviderEvent]:
-        if self._started:
-            return []
-        self._started = True
-        return [StartEvent(model=model if isinstance(model, str) and model else self._model)]
 
     def _dispatch(self, kind: str, data: dict[str, Any],
                   response: dict[str, Any]) -> list[ProviderEvent]:

@@ -110,7 +110,8 @@ async def test_broken_stream_is_retryable(client, server) -> None:
     data = fixture("openai_responses/reasoning_tools.sse")
     server.replies.append(Reply(chunks=split_at(data, 500, 1500), drop_after=2))
     events, msg = await collect(responses(client, server), HI)
-    assert events[-1].retryable and msg["error_message"].startswith("stream broken")
+    assert events[-1].retryable
+    assert msg["error_message"].startswith("openai-responses: the stream broke midway")
 
 
 async def test_retries_then_success(client, server) -> None:
@@ -128,7 +129,8 @@ async def test_400_keeps_message_and_is_not_retried(client, server) -> None:
     body = b'{"error":{"message":"Unsupported parameter: \'temperature\'.","code":null}}'
     server.replies.append(Reply(400, [body], content_type="application/json"))
     events, msg = await collect(responses(client, server), HI)
-    assert msg["error_message"] == "Unsupported parameter: 'temperature'."
+    assert msg["error_message"] == ("openai-responses: HTTP 400: "
+                                    "Unsupported parameter: 'temperature'.")
     assert not events[-1].retryable and len(server.requests) == 1
 
 
