@@ -34,9 +34,18 @@ before the backend is asked (``../``, unicode, 8 KiB ids never become store keys
 
 async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
     """The tenant's run; ``RunNotFound`` (404) for a missing run or another tenant's."""
+    check_run_id(run_id)
+    return owned(await backend.get_run(run_id), run_id, tenant)
+
+
+def check_run_id(run_id: str) -> None:
+    """``RunNotFound`` for an id no run can have (before the store is asked)."""
     if not RUN_ID.fullmatch(run_id):
         raise RunNotFound(run_id)
-    record = await backend.get_run(run_id)
+
+
+def owned(record: RunRecord | None, run_id: str, tenant: str) -> RunRecord:
+    """``record`` if it exists and is the tenant's, else ``RunNotFound`` (404, never 403)."""
     if record is None or record.tenant != tenant:
         raise RunNotFound(run_id)
     return record

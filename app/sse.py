@@ -71,17 +71,22 @@ async def _next_events(backend: Backend, run_id: str, after: int,
     return []
 
 
-async def event_frames(backend: Backend, run_id: str, after: int,
-                       poll: float) -> AsyncIterator[bytes]:
-    """Replay after ``after``, then tail, until the run's ``agent_end``: one chunk per read,
-    a ping when idle for ``poll`` s or while the backend is unreachable."""
+async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
+                       first: list[StoredEvent] | None = None) -> AsyncIterator[bytes]:
+    """Replay after ``after`` (starting with ``first``, the page already read, if any), then
+    tail, until the run's ``agent_end``: one chunk per read, a ping when idle for ``poll`` s or
+    while the backend is unreachable."""
     metrics.SSE_SUBSCRIBERS.inc()
     try:
         last = after
         delay = 0.1
         while True:
             try:
-                events = await _next_events(backend, run_id, last, poll)
+                events: list[StoredEvent] | None
+                if first:
+                    events, first = first, None
+                else:
+                    events = await _next_events(backend, run_id, last, poll)
             except BackendError as exc:
                 log.warning("event stream of %s: backend unavailable (%s); retrying", run_id,
                             exc, extra={"run_id": run_id})
@@ -147,8 +152,8 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     gone.set()
 
 
-def event_stream(backend: Backend, run_id: str, after: int, *, ping: float
-                 ) -> EventStreamResponse:
-    """The SSE response of a run's events after seq ``after``."""
+def event_stream(backend: Backend, run_id: str, after: int, *, ping: float,
+                 first: list[StoredEvent] | None = None) -> EventStreamResponse:
+    """The SSE response of a run's events after seq ``after`` (``first``: already read)."""
     poll = max(0.05, min(ping, 5.0))
-    return EventStreamResponse(event_frames(backend, run_id, after, poll))
+    return EventStreamResponse(event_frames(backend, run_id, after, poll, first))

@@ -200,6 +200,11 @@ class Backend(Protocol):
         """Events with ``seq > after``, oldest first, at most ``limit``."""
         ...
 
+    async def get_run_and_events(self, run_id: str, after: int, limit: int
+                                 ) -> tuple[RunRecord | None, list[StoredEvent]]:
+        """``get_run`` and ``read_events`` in one store round trip (a stream's first page)."""
+        ...
+
     async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
         """Like ``read_events`` but waits up to ``timeout`` s for at least one event."""
         ...

@@ -169,6 +169,11 @@ class MemoryBackend(ServiceEvents):
             state.waiter = asyncio.Event()
         return record.last_seq
 
+    async def get_run_and_events(self, run_id: str, after: int, limit: int
+                                 ) -> tuple[RunRecord | None, list[StoredEvent]]:
+        """See ``Backend.get_run_and_events``."""
+        return await self.get_run(run_id), await self.read_events(run_id, after, limit)
+
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """See ``Backend.read_events`` (seq n sits at index n-1)."""
         state = self._state.get(run_id)

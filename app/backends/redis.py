@@ -258,8 +258,17 @@ class RedisBackend(ServiceEvents):
         """See ``Backend.read_events``."""
         rows: Any = await self.client.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+",
                                         count=limit)
-        return [StoredEvent(int(eid.split(b"-", 1)[0]), f[b"t"].decode(), f[b"d"])
-                for eid, f in rows]
+        return _stored(rows)
+
+    @_guard
+    async def get_run_and_events(self, run_id: str, after: int, limit: int
+                                 ) -> tuple[RunRecord | None, list[StoredEvent]]:
+        """See ``Backend.get_run_and_events``: HGETALL and XRANGE in one pipeline."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.run_key(run_id))
+            pipe.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+", count=limit)
+            raw, rows = await pipe.execute()
+        return decode_record(raw), _stored(rows)
 
     async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
         """See ``Backend.wait_events`` (woken by the process's one notify listener, which also
@@ -464,3 +473,7 @@ async def _quietly(check: Awaitable[bool]) -> bool:
         return await check
     except BackendError:
         return False
+
+
+def _stored(rows: Any) -> list[StoredEvent]:
+    return [StoredEvent(int(eid.split(b"-", 1)[0]), f[b"t"].decode(), f[b"d"]) for eid, f in rows]

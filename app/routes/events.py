@@ -9,8 +9,8 @@ from sse_starlette import EventSourceResponse
 
 from app.errors import ApiError, documented
 from app.routes.deps import ServicesDep
-from app.run_view import load_run
-from app.sse import event_stream
+from app.run_view import check_run_id, owned
+from app.sse import PAGE, event_stream
 
 router = APIRouter(tags=["events"])
 MAX_SEQ = 2**63 - 1
@@ -39,6 +39,10 @@ async def run_events(run_id: str, request: Request, svc: ServicesDep,
     """Replay the run's events (after ``Last-Event-ID`` or ``?after=``), then tail them live;
     the stream closes after ``agent_end``. ``?token=`` accepts the run's stream token."""
     who = svc.auth.authenticate(request, stream_run_id=run_id)
-    await load_run(svc.backend, run_id, who.tenant)
     start = max(_seq(after, "after"), _seq(last_event_id, "Last-Event-ID"))
-    return event_stream(svc.backend, run_id, start, ping=svc.settings.sse_ping_seconds)
+    # the access check and the first page of the log in one store round trip
+    check_run_id(run_id)
+    record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
+    owned(record, run_id, who.tenant)
+    return event_stream(svc.backend, run_id, start, ping=svc.settings.sse_ping_seconds,
+                        first=first)
