@@ -52,7 +52,6 @@ from providers.messages import (
     ToolCall,
     ToolResultMessage,
     Usage,
-    UserMessage,
 )
 from tool_registry import Menu, ToolContext, ToolResult
 
@@ -347,8 +346,3 @@ async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,
     loop = AgentLoop(provider=provider, menu=menu, config=config, context=context, emit=emit,
                      steering=steering, follow_up=follow_up, abort=abort or asyncio.Event())
     return await loop.run(list(prompts or []), resume_from)
-
-
-def user_message(content: str | UserMessage) -> UserMessage:
-    """A user message from a string (or the message itself)."""
-    return content if isinstance(content, UserMessage) else UserMessage(content=content)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
+from providers._alternate import alternate, non_empty
 from providers._tool_ids import safe_tool_id
 from providers.base import ForcedTool, ModelRequest
 from providers.messages import (
@@ -31,7 +32,6 @@ from providers.messages import (
     ToolCall,
     ToolResultMessage,
     UserContent,
-    UserMessage,
 )
 
 PROVIDER_NAME = "bedrock"
@@ -81,29 +81,14 @@ def _history_uses_tools(messages: list[Message]) -> bool:
 
 def convert_messages(messages: list[Message]) -> list[_Json]:
     """Neutral history → alternating Converse messages."""
-    out: list[_Json] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", _user_blocks(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant_blocks(message)
-        elif isinstance(message, ToolResultMessage):
-            role, blocks = "user", [_tool_result(message)]
-        else:
-            assert_never(message)
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    return out
+    return alternate(messages, user=lambda m: _user_blocks(m.content),
+                     assistant=_assistant_blocks, tool_result=lambda m: [_tool_result(m)])
 
 
 def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
-    return [_user_block(p) for p in content if not (isinstance(p, TextContent) and not p.text)]
+    return [_user_block(p) for p in non_empty(content)]
 
 
 def _user_block(part: UserContent) -> _Json:
@@ -140,8 +125,7 @@ def _reasoning_block(part: ThinkingContent, *, native: bool) -> list[_Json]:
 
 
 def _tool_result(message: ToolResultMessage) -> _Json:
-    content = [_user_block(p) for p in message.content
-               if not (isinstance(p, TextContent) and not p.text)]
+    content = [_user_block(p) for p in non_empty(message.content)]
     return {"toolResult": {"toolUseId": safe_tool_id(message.tool_call_id),
                            "content": content or [{"text": "(no output)"}],
                            "status": "error" if message.is_error else "success"}}

@@ -28,6 +28,7 @@ from typing import Any, assert_never
 import httpx
 import orjson
 
+from providers._alternate import alternate, non_empty
 from providers._anthropic_stream import AnthropicDecoder
 from providers._http import RetryPolicy
 from providers._stream_guard import guarded_stream
@@ -43,7 +44,6 @@ from providers.messages import (
     ToolCall,
     ToolResultMessage,
     UserContent,
-    UserMessage,
 )
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -131,29 +131,14 @@ def tool_choice(choice: ToolChoice, parallel: bool | None) -> _Json:
 
 def convert_messages(messages: list[Message]) -> list[_Json]:
     """Neutral history → alternating Anthropic messages (same-role neighbours merged)."""
-    out: list[_Json] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, blocks = "user", _user_blocks(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, blocks = "assistant", _assistant_blocks(message)
-        elif isinstance(message, ToolResultMessage):
-            role, blocks = "user", [_tool_result(message)]
-        else:
-            assert_never(message)
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
-        else:
-            out.append({"role": role, "content": blocks})
-    return out
+    return alternate(messages, user=lambda m: _user_blocks(m.content),
+                     assistant=_assistant_blocks, tool_result=lambda m: [_tool_result(m)])
 
 
 def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
-    return [_user_block(part) for part in content if not _empty_text(part)]
+    return [_user_block(part) for part in non_empty(content)]
 
 
 def _user_block(part: UserContent) -> _Json:
@@ -161,10 +146,6 @@ def _user_block(part: UserContent) -> _Json:
         return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type,
                                             "data": part.data}}
     return {"type": "text", "text": part.text}
-
-
-def _empty_text(part: UserContent) -> bool:
-    return isinstance(part, TextContent) and not part.text
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[_Json]:
@@ -196,7 +177,7 @@ def _thinking_block(part: ThinkingContent, *, native: bool) -> list[_Json]:
 def _tool_result(message: ToolResultMessage) -> _Json:
     block: _Json = {"type": "tool_result", "tool_use_id": safe_tool_id(message.tool_call_id),
                     "is_error": message.is_error}
-    content = [_user_block(p) for p in message.content if not _empty_text(p)]
+    content = [_user_block(p) for p in non_empty(message.content)]
     if content:
         block["content"] = content
     return block

@@ -37,6 +37,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
+from providers._alternate import alternate, non_empty
 from providers._gemini_stream import GeminiDecoder
 from providers._http import RetryPolicy
 from providers._stream_guard import guarded_stream
@@ -51,7 +52,6 @@ from providers.messages import (
     ToolCall,
     ToolResultMessage,
     UserContent,
-    UserMessage,
 )
 
 SKIP_SIGNATURE = "skip_thought_signature_validator"
@@ -123,29 +123,14 @@ def calling_config(choice: ToolChoice) -> _Json:
 
 def convert_contents(messages: list[Message]) -> list[_Json]:
     """Neutral history → Gemini ``contents`` (same-role neighbours merged)."""
-    out: list[_Json] = []
-    for message in messages:
-        if isinstance(message, UserMessage):
-            role, parts = "user", _user_parts(message.content)
-        elif isinstance(message, AssistantMessage):
-            role, parts = "model", _model_parts(message)
-        elif isinstance(message, ToolResultMessage):
-            role, parts = "user", _response_parts(message)
-        else:
-            assert_never(message)
-        if not parts:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(parts)
-        else:
-            out.append({"role": role, "parts": parts})
-    return out
+    return alternate(messages, user=lambda m: _user_parts(m.content), assistant=_model_parts,
+                     tool_result=_response_parts, model_role="model", key="parts")
 
 
 def _user_parts(content: str | list[UserContent]) -> list[_Json]:
     if isinstance(content, str):
         return [{"text": content}] if content else []
-    return [_user_part(p) for p in content if not (isinstance(p, TextContent) and not p.text)]
+    return [_user_part(p) for p in non_empty(content)]
 
 
 def _user_part(part: UserContent) -> _Json:
