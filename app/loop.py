@@ -37,7 +37,7 @@ from app.events import (
 )
 from app.history import repair, unanswered_calls
 from app.queues import MessageSource, QueuedMessage, QueueMode
-from app.streaming import CANCELLED, stream_assistant, wait_or_abort
+from app.streaming import CANCELLED, Abortable, stream_assistant
 from app.tool_exec import (
     CUT_OFF_BY_LENGTH,
     SKIPPED_FOR_STEERING,
@@ -117,6 +117,7 @@ class AgentLoop:
         self.steering = steering
         self.follow_up = follow_up
         self.abort = abort
+        self.abortable = Abortable(abort)
         self.added: list[Message] = []
         self.tool_choice: ToolChoice = config.tool_choice
         self.rounds = 0
@@ -153,6 +154,8 @@ class AgentLoop:
         except Exception as exc:
             log.exception("loop failed (run %s)", self.cfg.run_id)
             outcome = self._outcome("error", f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            self.abortable.close()
         await self._release_pending()  # taken but never injected: back to the queue
         self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
                            usage=outcome.usage, messages=list(outcome.messages)))
@@ -196,7 +199,7 @@ class AgentLoop:
         await self._inject_pending()
         request = self._request()
         message, self.invalid_args = await stream_assistant(self.provider, request, self.emit,
-                                                            self.abort)
+                                                            self.abortable)
         self._append(message)
         self._maybe_reset_choice(message)
         return message
@@ -267,7 +270,7 @@ class AgentLoop:
                                                   invalid_args=invalid_args))
         finally:
             current_scope.reset(token)
-        if await wait_or_abort(task, self.abort):
+        if await self.abortable.run(task):
             return task.result()
         return ToolResult.text(ABORTED_TOOL, is_error=True)
 

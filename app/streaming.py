@@ -31,40 +31,57 @@ log = logging.getLogger(__name__)
 CANCELLED = "Run cancelled"
 
 
-async def wait_or_abort(task: asyncio.Future[Any], abort: asyncio.Event) -> bool:
-    """Wait for ``task``; if ``abort`` is set first, cancel it and wait for it to unwind.
+class Abortable:
+    """Runs one task at a time that the run's abort signal cancels.
 
-    True when the task finished on its own. Cancelling the caller cancels the task too.
+    One watcher task per loop run (not one waiter per model call or tool): when ``abort`` is
+    set it cancels whatever task is current; a task started after that is cancelled at once.
+    ``close`` ends the watcher. Timeline::
+
+        run(stream task) ──────────────── done ─ run(tool task) ──╳ cancelled ─▶ False
+        watcher ─ abort.wait() ──────────────────────── set ─┘ cancel current
     """
-    if not abort.is_set():
-        waiter = asyncio.ensure_future(abort.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
+
+    def __init__(self, abort: asyncio.Event) -> None:
+        self.abort = abort
+        self._current: asyncio.Future[Any] | None = None
+        self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        await self.abort.wait()
+        if self._current is not None:
+            self._current.cancel()
+
+    async def run(self, task: asyncio.Future[Any]) -> bool:
+        """Wait for ``task``; True when it finished on its own, False when the abort cancelled
+        it. Cancelling the caller cancels the task too (and propagates)."""
+        if self.abort.is_set():
             task.cancel()
-            raise
+        self._current = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (current is not None and current.cancelling()) or not task.cancelled():
+                raise  # we are being cancelled ourselves, not just the task we cancelled
+            return False
         finally:
-            waiter.cancel()
-        if task.done():
-            return True
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise  # we are being cancelled ourselves, not just the task we cancelled
-    return False
+            self._current = None
+        return True
+
+    def close(self) -> None:
+        """Stop watching (the loop run is over)."""
+        self._watcher.cancel()
 
 
 async def stream_assistant(provider: Provider, request: ModelRequest,
-                           emit: Callable[[Event], None], abort: asyncio.Event
+                           emit: Callable[[Event], None], abort: Abortable
                            ) -> tuple[AssistantMessage, dict[str, str]]:
     """One model call as events; returns the message and ``{tool_call_id: bad-args reason}``."""
     acc = Accumulator(provider.name, request.model)
     started: list[bool] = []
     task = asyncio.ensure_future(_consume(provider, request, acc, emit, started))
-    if not await wait_or_abort(task, abort):
+    if not await abort.run(task):
         acc.abort(CANCELLED)
     if not started:
         _start(acc, emit, started)
