@@ -52,12 +52,6 @@ async def run(server: WireServer, request: ModelRequest, *replies: Reply):
     return events, acc.message
 
 
-@pytest.fixture
-async def server():
-    async with WireServer() as s:
-        yield s
-
-
 async def test_text_usage_and_headers(server: WireServer) -> None:
     events, msg = await run(server, hello(), Reply(chunks=[fixture("text.sse")]))
     assert isinstance(events[0], StartEvent) and isinstance(events[-1], DoneEvent)

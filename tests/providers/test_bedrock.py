@@ -104,12 +104,6 @@ async def run(server: WireServer, request: ModelRequest, *replies: Reply,
     return events, acc.message
 
 
-@pytest.fixture
-async def server():
-    async with WireServer() as s:
-        yield s
-
-
 def test_encoder_round_trips_through_botocore() -> None:
     from botocore.eventstream import EventStreamBuffer
 

@@ -28,12 +28,6 @@ WEATHER = ToolSpec("get_weather", "Weather for a city.",
                    {"type": "object", "properties": {"city": {"type": "string"}}})
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[WireServer]:
-    async with WireServer() as srv:
-        yield srv
-
-
 @pytest.fixture(params=["httpcore", "lean"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[httpx.AsyncClient]:
     """Every wire test runs over httpx's default transport and over the lean HTTP/1.1 one."""

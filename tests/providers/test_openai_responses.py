@@ -21,7 +21,7 @@ from providers.messages import (
 )
 from providers.openai_responses import OpenAIResponsesProvider
 from tests.providers import collect, fixture, make_client, split_patterns
-from tests.support.wire_server import Reply, WireServer, split_at
+from tests.support.wire_server import Reply, split_at
 
 FAST = RetryPolicy(attempts=3, base_delay=0.001, max_delay=0.01)
 HI = ModelRequest(model="gpt-4.1", messages=[UserMessage(content="hi")])
@@ -30,12 +30,6 @@ WEATHER = ToolSpec("get_weather", "Weather for a city.",
 REASONING_ITEM = {"type": "reasoning", "id": "rs_1", "summary": [
     {"type": "summary_text", "text": "**Planning** the lookup ✓"},
     {"type": "summary_text", "text": "Two calls."}], "encrypted_content": "gAAAAB3nc=="}
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[WireServer]:
-    async with WireServer() as srv:
-        yield srv
 
 
 @pytest.fixture(params=["httpcore", "lean"])

@@ -14,12 +14,6 @@ from tests.support.wire_server import Reply, WireServer
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[WireServer]:
-    async with WireServer() as srv:
-        yield srv
-
-
-@pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=LeanHTTP1Transport(),
                                  timeout=httpx.Timeout(5, read=0.3)) as c:
