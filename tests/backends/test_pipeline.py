@@ -37,8 +37,18 @@ async def test_one_round_trip_for_a_tick_and_errors_stay_with_their_call(client:
     first_sent = before.get("cmdstat_evalsha", {"calls": 0})["calls"]
     assert sent - first_sent >= 21  # all of them went by SHA (then again after the load)
     before = (await client.info("commandstats"))["cmdstat_evalsha"]["calls"]
+    opened = 0
+    real_pipeline = client.pipeline
+
+    def counting_pipeline(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal opened
+        opened += 1
+        return real_pipeline(*args, **kwargs)
+
+    client.pipeline = counting_pipeline  # type: ignore[method-assign]
     assert await asyncio.gather(*(pipeline.call(script, ["k"], [str(n)]) for n in range(10))) \
         == [str(n).encode() for n in range(10)]
+    assert opened == 1  # ten calls of one tick: one pipeline, one round trip
     assert (await client.info("commandstats"))["cmdstat_evalsha"]["calls"] - before == 10
     await pipeline.close()
 
