@@ -16,8 +16,8 @@ from typing import Any
 
 from app.events import Event
 from app.loop import LoopConfig, run_loop
+from app.loop.tool_exec import current_scope
 from app.queues import MessageSource, QueueMode
-from app.tool_exec import current_scope
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage
 from tool_registry import Menu, build_menu

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from app.loop import LoopConfig
-from app.tool_exec import CUT_OFF_BY_LENGTH, SKIPPED_FOR_STEERING
+from app.loop.tool_exec import CUT_OFF_BY_LENGTH, SKIPPED_FOR_STEERING
 from providers import fake
 from providers.base import ForcedTool, ModelRequest
 from providers.events import StartEvent, TextDelta, TextStart

@@ -1,4 +1,4 @@
-"""The tool-call loop of ``shared/seed/tool-call-loop.zh.md``: no HTTP, no storage.
+"""The loop itself: rounds, picks in order, steering and follow-up queues, termination.
 
 A provider, a tool menu, two message queues and an event sink in; messages out. Each round
 streams one assistant message; tool calls in it are run in order and their results appended;
@@ -35,16 +35,16 @@ from app.events import (
     TurnEnd,
     TurnStart,
 )
-from app.history import repair, unanswered_calls
-from app.queues import MessageSource, QueuedMessage, QueueMode
-from app.streaming import CANCELLED, Abortable, stream_assistant
-from app.tool_exec import (
+from app.loop.history import repair, unanswered_calls
+from app.loop.streaming import CANCELLED, Abortable, stream_assistant
+from app.loop.tool_exec import (
     CUT_OFF_BY_LENGTH,
     SKIPPED_FOR_STEERING,
     ToolScope,
     current_scope,
     run_tool,
 )
+from app.queues import MessageSource, QueuedMessage, QueueMode
 from providers.base import ModelRequest, Provider, ToolChoice
 from providers.messages import (
     AssistantMessage,
