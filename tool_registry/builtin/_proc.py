@@ -149,7 +149,7 @@ async def run_process(command: list[str], ws: Path, *, time_limit: float, progre
     proc = await asyncio.create_subprocess_exec(
         *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
         stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **launch.popen)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     helpers = [asyncio.create_task(_pump(proc.stdout, out, "stdout", progress)),
                asyncio.create_task(_pump(proc.stderr, err, "stderr", progress))]
     if stdin is not None:

@@ -29,9 +29,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from tool_registry.builtin.settings import BuiltinSettings, MiB, current
 
@@ -79,21 +79,23 @@ def limit_args(settings: BuiltinSettings) -> list[str]:
             f"--fsize={settings.file_size_mb * MiB}", f"--nproc={nproc}", "--"]
 
 
-def user_kwargs(settings: BuiltinSettings) -> dict[str, Any]:
-    """Popen arguments dropping to the sandbox uid when we are root (else none)."""
+def drop_args(settings: BuiltinSettings) -> list[str]:
+    """The ``setpriv`` prefix running code as the sandbox uid when we are root (else none).
+
+    A command prefix, not Popen's ``user``/``group`` arguments: uvloop (the service's event
+    loop) rejects those, and a prefix behaves the same on every loop and in the probe."""
     if os.geteuid() != 0:
-        return {}
+        return []
     uid = settings.sandbox_uid
-    return {"user": uid, "group": uid, "extra_groups": []}
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
 @dataclass(slots=True)
 class Launch:
-    """How to start one code process: argv, environment and Popen extras."""
+    """How to start one code process: argv and environment."""
 
     argv: list[str]
     env: dict[str, str]
-    popen: dict[str, Any] = field(default_factory=dict)
     mode: SandboxMode = "bubblewrap"
 
 
@@ -105,24 +107,24 @@ def prepare(command: list[str], ws: Path) -> Launch:
         raise RuntimeError("code execution is disabled on this server: bubblewrap is not "
                            "usable and unsafe code tools are not enabled")
     wrapper = [*bwrap_args(ws), "--"] if mode == "bubblewrap" else []
-    return Launch(argv=limit_args(settings) + wrapper + command, env=sandbox_env(ws),
-                  popen=user_kwargs(settings), mode=mode)
+    return Launch(argv=limit_args(settings) + drop_args(settings) + wrapper + command,
+                  env=sandbox_env(ws), mode=mode)
 
 
 @functools.cache
 def bwrap_usable() -> bool:
     """Whether bwrap runs ``true`` in our sandbox here (probed once; see ``reset_probe``)."""
-    if not (shutil.which("bwrap") and shutil.which("prlimit")):
-        log.warning("sandbox: bwrap or prlimit not found on PATH")
+    if not (shutil.which("bwrap") and shutil.which("prlimit") and shutil.which("setpriv")):
+        log.warning("sandbox: bwrap, prlimit or setpriv not found on PATH")
         return False
     settings = current()
     with tempfile.TemporaryDirectory(prefix="agentloop-probe-") as tmp:
         ws = Path(tmp)
         ws.chmod(0o755)
-        argv = limit_args(settings) + bwrap_args(ws) + ["--", "true"]
+        argv = limit_args(settings) + drop_args(settings) + bwrap_args(ws) + ["--", "true"]
         try:
             done = subprocess.run(argv, env=sandbox_env(ws), capture_output=True, timeout=10,
-                                  check=False, **user_kwargs(settings))
+                                  check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("sandbox: bwrap probe failed to start: %s", exc)
             return False
@@ -141,7 +143,8 @@ def sandbox_mode() -> SandboxMode:
     """How code tools would run right now."""
     if bwrap_usable():
         return "bubblewrap"
-    if current().unsafe_code_tools and shutil.which("prlimit"):
+    can_drop = os.geteuid() != 0 or shutil.which("setpriv")
+    if current().unsafe_code_tools and shutil.which("prlimit") and can_drop:
         return "unsafe"
     return "disabled"
 
