@@ -1,4 +1,5 @@
-"""uvicorn serving an ASGI app on a free loopback port, in a thread with its own event loop.
+"""uvicorn serving an ASGI app on a free loopback port, in a thread with its own event loop:
+uvloop and httptools, as ``agentloop serve`` runs it.
 
 Tests talk to it over a real socket (streaming, disconnects and backpressure are real)::
 
@@ -16,6 +17,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import uvicorn
+import uvloop
 
 T = TypeVar("T")
 
@@ -30,10 +32,10 @@ class LiveServer:
     def __init__(self, app: Any, *, startup_timeout: float = 10.0) -> None:
         self.port = free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                loop="asyncio", http="h11", lifespan="on",
+                                loop="none", http="httptools", lifespan="on",
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()  # what `agentloop serve` runs on
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._startup_timeout = startup_timeout
 
