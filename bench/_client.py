@@ -1,9 +1,11 @@
-"""A lean HTTP/1.1 client for the load: one keep-alive connection per worker, incremental SSE.
+"""A lean HTTP/1.1 client for the load: keep-alive connections, incremental SSE.
 
 No framework: requests are written by hand, responses read with ``Content-Length`` or chunked
 framing, and an event stream is cut into SSE events as bytes arrive, each stamped with
-``time.perf_counter()`` on arrival. Event data is left as bytes; callers parse only what they
-need, so the client stays cheap next to the servers it measures (its CPU is reported).
+``time.monotonic()`` (the clock the fake model stamps frames with) on arrival. Event data is
+left as bytes; callers parse only what they need, so the client stays cheap next to the servers
+it measures (its CPU is reported). ``stamps`` reads the fake model's write times out of an
+event's data (``lag`` = arrival − write).
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ import orjson
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
+_STAMP = re.compile(rb" w\d+@(\d+)")
+
+
+def stamps(data: bytes) -> list[float]:
+    """The fake model's write times (``time.monotonic`` seconds) of the text deltas in ``data``."""
+    return [int(m) / 1e6 for m in _STAMP.findall(data)]
 
 
 @dataclass(slots=True)
@@ -132,7 +140,7 @@ class Connection:
                 raise HTTPError(f"{method} {path}: {status} {data[:300]!r}")
             buf = b""
             async for chunk in self._body(rh):
-                at = time.perf_counter()
+                at = time.monotonic()
                 buf += chunk
                 while m := _EVENT_END.search(buf):
                     block, buf = buf[:m.start()], buf[m.end():]
