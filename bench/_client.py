@@ -127,6 +127,20 @@ class Connection:
             raise
         return status, data
 
+    async def raw_events(self, path: str) -> AsyncIterator[tuple[bytes, float]]:
+        """``GET path``'s body as it arrives, undecoded (chunk-size lines left in: each chunk
+        holds whole SSE frames), with arrival times; for readers that scan bytes only."""
+        status, _ = await self._send("GET", path, None, {"accept": "text/event-stream"})
+        if status >= 300:
+            raise HTTPError(f"GET {path}: {status}")
+        reader = self._r
+        assert reader is not None
+        while data := await reader.read(1 << 16):
+            yield data, time.monotonic()
+            if data.endswith(b"0\r\n\r\n"):
+                break
+        self.close()
+
     async def events(self, method: str, path: str, json: Any = None,
                      headers: dict[str, str] | None = None) -> AsyncIterator[SSEEvent]:
         """The response's SSE events as they arrive; ends when the server ends the body."""

@@ -67,11 +67,18 @@ async def _follow(port: int, stream: _Stream, window: _Window, body: dict[str, A
     try:
         run = await create_run(conn, body)
         stream.run_id = str(run["id"])
-        async for ev in conn.events("GET", events_path(str(run["events_url"]))):
-            if window.holds(ev.at):
-                stream.frames += 1
-                stream.lags += [ev.at - s for s in stamps(ev.data)]
-            if ev.type == "agent_end":
+        tail = b""
+        async for data, at in conn.raw_events(events_path(str(run["events_url"]))):
+            buf = tail + data
+            cut = buf.rfind(b"\n\n") + 2
+            if cut < 2:
+                tail = buf
+                continue
+            whole, tail = buf[:cut], buf[cut:]
+            if window.holds(at):
+                stream.frames += whole.count(b"event: ")
+                stream.lags += [at - s for s in stamps(whole)]
+            if _END.search(whole):
                 break
     except Exception as exc:
         stream.error = f"{type(exc).__name__}: {exc}"[:200]

@@ -1,8 +1,9 @@
 """Where a server's CPU goes: py-spy samples it for a while; self time summed per file and per
 function (the leaf Python frame of each sample; C code counts for the Python line calling it).
 
-``record(pid, seconds)`` runs ``py-spy record --format raw --nonblocking`` (the target is not
-paused, so sampling barely disturbs it) and returns the summary, or ``{"skipped": why}`` when
+``record(pid, seconds)`` runs ``py-spy record --format raw --nonblocking --gil`` (the target is
+not paused, so sampling barely disturbs it; only samples holding the GIL count, so the event
+loop's wait in ``epoll`` is not mistaken for work) and returns the summary, or ``{"skipped": why}`` when
 py-spy is missing or may not attach.
 """
 
@@ -66,7 +67,7 @@ def record(pid: int, seconds: float) -> dict[str, Any]:
         out = Path(tmp) / "raw.txt"
         proc = subprocess.run([exe, "record", "--pid", str(pid), "--duration",
                                str(max(1, round(seconds))), "--rate", str(RATE), "--format",
-                               "raw", "--nonblocking", "--output", str(out)],
+                               "raw", "--nonblocking", "--gil", "--output", str(out)],
                               capture_output=True, text=True, timeout=seconds + 60)
         if proc.returncode != 0 or not out.exists():
             return {"skipped": f"py-spy failed: {proc.stderr.strip()[-300:]}"}
