@@ -151,8 +151,13 @@ def _meets(s: dict[str, Any]) -> bool:
     return p99 is not None and p99 <= LAG_P99_MS and s["live"] == s["streams"] and not s["errors"]
 
 
+MIN_STEPS = 3
+
+
 def run_steps(server: Proc, sizes: list[int], *, say: Any = print) -> list[dict[str, Any]]:
-    """Steps of growing size until one misses the target or saturates the server."""
+    """Steps of growing size until one saturates the server, or misses the lag target after
+    ``MIN_STEPS`` (on a busy machine the lag misses early; the CPU per frame still falls as
+    more frames share each loop turn, so the larger steps are measured anyway)."""
     out: list[dict[str, Any]] = []
     for n in sizes:
         result = asyncio.run(step(server, n))
@@ -160,6 +165,6 @@ def run_steps(server: Proc, sizes: list[int], *, say: Any = print) -> list[dict[
             f"{result['server_us_per_frame']} µs/frame, util {result['server_cpu_util']}, "
             f"load {result['load_avg']}")
         out.append(result)
-        if not _meets(result) or result["server_cpu_util"] > 0.95:
+        if result["server_cpu_util"] > 0.95 or (not _meets(result) and len(out) >= MIN_STEPS):
             break
     return out

@@ -3,8 +3,8 @@ function (the leaf Python frame of each sample; C code counts for the Python lin
 
 ``record(pid, seconds)`` runs ``py-spy record --format raw --nonblocking --gil`` (the target is
 not paused, so sampling barely disturbs it; only samples holding the GIL count, so the event
-loop's wait in ``epoll`` is not mistaken for work) and returns the summary, or ``{"skipped": why}`` when
-py-spy is missing or may not attach.
+loop's wait in ``epoll`` is not mistaken for work) and returns the summary, or
+``{"skipped": why}`` when py-spy is missing or may not attach.
 """
 
 from __future__ import annotations

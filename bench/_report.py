@@ -105,9 +105,9 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
                    f"{system}: first event p50 {fe} ms ≤ 20 (C={_conc(mine)}, a new connection "
                    "per run, median of rounds)")
         calls, conns = sum(r["llm_calls"] for r in mine), sum(r["llm_connections"] for r in mine)
-        yield _say(None if not calls else conns * 10 <= calls,
+        yield _say(None if not calls else conns * 2 <= calls,
                    f"{system}: model connections reused: {conns} TLS connections for {calls} "
-                   "model calls")
+                   "model calls (at most one per concurrent call is needed)")
         st = extras.get(f"steer/{system}", {})
         p99 = st.get("steer_at_poll_ms", {}).get("p99")
         yield _say(None if p99 is None else p99 <= 10 and st.get("ok") == st.get("runs"),
@@ -132,13 +132,14 @@ def _live_verdict(system: str, live: dict[str, Any] | None) -> Iterator[str]:
         yield _say(None, f"{system}: live streams not measured"
                    + (f" ({live['failed'][:200]})" if live and "failed" in live else ""))
         return
-    costs = [s["server_us_per_frame"] for s in live["steps"] if s["server_us_per_frame"]]
-    us = round(statistics.median(costs), 1) if costs else None
+    top = max(live["steps"], key=lambda s: s["streams"])  # the busiest: costs near saturation
+    us = top["server_us_per_frame"]
     per_core = round(1e6 / (us * 1000 / 33.0)) if us else None
     held = live.get("sustained")
     yield _say(None if us is None else us <= US_PER_FRAME_TARGET,
                f"{system}: live streams per core {per_core} ≥ {LIVE_TARGET} (server CPU "
-               f"{us} µs per delivered frame ≤ {US_PER_FRAME_TARGET}, median over the steps; "
+               f"{us} µs per delivered frame ≤ {US_PER_FRAME_TARGET} at the largest step, "
+               f"{top['streams']} streams; "
                f"sustained here with lag p99 ≤ 100 ms: "
                f"{held['streams'] if held else 'none'} streams at "
                f"{held['server_cpu_util'] if held else '–'} of a core)")
@@ -242,7 +243,8 @@ WORKLOAD = (
     "`http://`, each reply in one write, each client worker keeping one keep-alive connection "
     "— the setup `make bench` measured before issue 11. agentloop: `POST /runs` + "
     "`GET /runs/{id}/events`; LangGraph: `langgraph dev` (in-memory runtime, "
-    "`--n-jobs-per-worker 10`, no reload), prebuilt `create_react_agent`, stateless "
+    "`--n-jobs-per-worker` = C on the production path, where runs last seconds, and 10 on the "
+    "micro-benchmark, where it measured best; no reload), prebuilt `create_react_agent`, stateless "
     "`POST /runs/stream` with `stream_mode=[\"messages\"]`. Server CPU is user+system of the "
     "server's process tree from /proc (plus redis-server's for agentloop-redis); \"model calls / "
     "connections\" counts requests and connections (TLS handshakes) the fake model accepted.")

@@ -40,6 +40,8 @@ from bench._workload import RUN_FNS, drive
 FRAME_MS = _live.FRAME_MS
 LIVE_SIZES = [100, 200, 300, 400, 500, 600, 800, 1000]
 PROFILE_STREAMS = 200
+RAW = OUT / "results.json"
+"""Every figure of the last run, as measured (``--render`` writes the report from it)."""
 
 
 def _say(msg: str) -> None:
@@ -73,9 +75,12 @@ def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: i
 def _cell(system: str, fake: Proc, args: argparse.Namespace, concurrency: int, *,
           fresh: bool, label: str) -> dict[str, Any]:
     _say(f"{label}: {system}, {args.runs} runs at C={concurrency} (load {load_avg()})")
+    # paced runs last seconds: LangGraph runs as many at once as the clients ask for; the
+    # micro-benchmark keeps the job count that measured best there
+    jobs = args.peer_jobs or (concurrency if fresh else _systems.PEER_JOBS_PER_WORKER)
     try:
-        cell = measure_cell(system, fake, args.runs, concurrency, args.warmup, args.peer_jobs,
-                            fresh=fresh)
+        cell = measure_cell(system, fake, args.runs, concurrency, args.warmup, jobs,
+                            fresh=fresh) | ({"peer_jobs": jobs} if system == "langgraph" else {})
     except Exception as exc:
         cell = {"system": system, "concurrency": concurrency,
                 "failed": f"{type(exc).__name__}: {exc}"[:2000]}
@@ -156,8 +161,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-peer", action="store_true", help="leave LangGraph out")
     p.add_argument("--quick", action="store_true", help="smaller runs: a few minutes in all")
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--peer-jobs", type=int, default=_systems.PEER_JOBS_PER_WORKER,
-                   help="langgraph dev --n-jobs-per-worker")
+    p.add_argument("--peer-jobs", type=int, default=0,
+                   help="langgraph dev --n-jobs-per-worker (default: C on the production path, "
+                   f"{_systems.PEER_JOBS_PER_WORKER} on the micro-benchmark)")
     p.add_argument("--steer-runs", type=int, default=50)
     p.add_argument("--open-runs", type=int, default=1000)
     p.add_argument("--live-sizes", default=",".join(map(str, LIVE_SIZES)))
@@ -166,6 +172,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument(f"--skip-{skip}", action="store_true")
     p.add_argument("--results", type=Path, default=_report.RESULTS,
                    help="where the Markdown report goes ('-' for nowhere)")
+    p.add_argument("--render", action="store_true",
+                   help=f"only write the report again from the last run's {RAW.name} "
+                   "(e.g. after editing bench/NOTES.md)")
     args = p.parse_args(argv)
     if args.quick or os.environ.get("BENCH_QUICK") == "1":
         args.quick = True
@@ -185,6 +194,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.render:
+        saved = json.loads(RAW.read_text())
+        _report.write(args.results, saved["rows"], saved["extras"], saved["argv"],
+                      quick=saved["quick"])
+        _say(f"wrote {args.results} from {RAW}")
+        return 0
     _raise_nofile()
     if "langgraph" in args.systems:
         _say("installing the peer into bench/.peer/venv (once)")
@@ -206,9 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"{system}: {args.open_runs} concurrent open runs")
             extras[f"open/{system}"] = _open_runs.open_runs(system, args.open_runs)
             print(json.dumps(extras[f"open/{system}"]), flush=True)
+    given = sys.argv[1:] if argv is None else argv
+    OUT.mkdir(parents=True, exist_ok=True)
+    RAW.write_text(json.dumps({"rows": rows, "extras": extras, "argv": given,
+                               "quick": args.quick}))
     if str(args.results) != "-":
-        _report.write(args.results, rows, extras, sys.argv[1:] if argv is None else argv,
-                      quick=args.quick)
+        _report.write(args.results, rows, extras, given, quick=args.quick)
         _say(f"wrote {args.results}")
     for line in _report.verdicts(rows, extras):
         _say(line)

@@ -136,6 +136,17 @@ class _OneIterator(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
+def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive. Unless the body is content-encoded, these are the
+    transport's chunks themselves, read through the one iterator ``open_stream`` installed:
+    ``aiter_bytes`` adds three generator layers (a decoder and a chunker that do nothing here)
+    to every frame of a stream."""
+    stream = response.stream
+    if isinstance(stream, _OneIterator) and "content-encoding" not in response.headers:
+        return stream.chunks()
+    return response.aiter_bytes()
+
+
 async def finish_response(response: httpx.Response) -> None:
     """Read the rest of ``response``'s body (bounded by ``DRAIN_SECONDS`` and ``DRAIN_BYTES``),
     then close it: the connection is reused when the body ended. Never raises; only closes
