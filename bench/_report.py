@@ -215,6 +215,25 @@ def _live_section(extras: dict[str, Any]) -> list[str]:
     return out
 
 
+def _transports(fig: dict[str, Any] | None) -> list[str]:
+    if not fig:
+        return []
+    out = ["## Which transport for https providers", "",
+           "`bench/transports.py`: one client process reads the same paced Chat Completions "
+           "stream over TLS through `OpenAIChatProvider` with each candidate (the h2 server is "
+           "`bench/fake_h2.py`); client CPU per call, median of rounds"
+           + (f"; load average {fig.get('load_avg')}" if "load_avg" in fig else "") + ".", ""]
+    if "failed" in fig:
+        return [*out, f"- failed: `{fig['failed']}`", ""]
+    out += ["| transport | negotiated | client CPU ms/call | µs/frame | rounds |",
+            "|---|---|---|---|---|"]
+    for kind in ("lean-http1", "httpcore-http1", "httpcore-http2"):
+        if f := fig.get(kind):
+            out.append(f"| {kind} | {f['http_version']} | {f['client_cpu_ms_per_call']} | "
+                       f"{f['client_cpu_us_per_frame']} | {f['rounds_ms_per_call']} |")
+    return [*out, ""]
+
+
 def _header(argv: list[str], quick: bool) -> list[str]:
     m, versions = machine(), peer_versions()
     return ["# Benchmark results: agentloop and LangGraph Server, side by side", "",
@@ -267,11 +286,12 @@ def write(path: Path, rows: list[dict[str, Any]], extras: dict[str, Any], argv: 
               "Ratios (agentloop / LangGraph, medians; below 1 is better except runs/s):", "",
               *_ratios(rows, "production"), "", "## Live streams per core", "", LIVE, "",
               *_live_section(extras), "",
+              *_transports(extras.get("transports")),
               "## Micro-benchmark (plain http, one write per reply, keep-alive clients)", "",
               *_table(rows, "micro", systems), "", *_ratios(rows, "micro"), "",
               "## agentloop only", ""]
     for key, fig in extras.items():
-        if not key.startswith("live/"):
+        if not key.startswith("live/") and key != "transports":
             lines.append(f"- `{key}`: `{fig}`")
     lines += ["", "Steer: `steer_raw_ms` runs from sending `POST /steer` (at the 20th text delta "
               "of the https model streaming one delta per 33 ms) to the injected user message's "

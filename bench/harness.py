@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import resource
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,17 @@ def live(system: str, sizes: list[int], profile_seconds: float) -> dict[str, Any
         fake.stop()
 
 
+def transports(quick: bool) -> dict[str, Any]:
+    """``bench/transports.py`` in its own process (on uvloop, as the service runs)."""
+    argv = [sys.executable, str(Path(__file__).with_name("transports.py"))]
+    argv += ["--calls", "100", "--rounds", "1"] if quick else []
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return {"failed": f"{type(exc).__name__}: {exc}"[:500]}
+
+
 def _profiled_step(server: Proc, n: int, seconds: float) -> dict[str, Any]:
     """One more step of ``n`` streams with py-spy sampling the server meanwhile."""
     result: dict[str, Any] = {}
@@ -168,7 +180,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--open-runs", type=int, default=1000)
     p.add_argument("--live-sizes", default=",".join(map(str, LIVE_SIZES)))
     p.add_argument("--profile-seconds", type=float, default=5.0)
-    for skip in ("micro", "live", "steer", "open"):
+    for skip in ("micro", "transports", "live", "steer", "open"):
         p.add_argument(f"--skip-{skip}", action="store_true")
     p.add_argument("--results", type=Path, default=_report.RESULTS,
                    help="where the Markdown report goes ('-' for nowhere)")
@@ -208,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_micro:
         rows += micro(args)
     extras: dict[str, Any] = {}
+    if not args.skip_transports:
+        _say("https transports: client CPU per streamed call")
+        extras["transports"] = transports(args.quick)
+        print(json.dumps(extras["transports"]), flush=True)
     for system in (s for s in args.systems if s in _systems.AGENTLOOP_SYSTEMS):
         if not args.skip_live:
             _say(f"{system}: live streams per core")

@@ -90,10 +90,12 @@ def _start_h2(tls: TLSFiles) -> Proc:
     raise RuntimeError(f"fake_h2 did not start:\n{proc.log_tail()}")
 
 
-async def _round(kind: str, base: str, ca: Path, calls: int, concurrency: int) -> float:
+async def _round(kind: str, base: str, ca: Path, calls: int, concurrency: int
+                 ) -> tuple[float, str]:
     async with _client(kind, ca) as client:
+        probe = await client.get(base + "/v1/models")  # which protocol was negotiated
         await _calls(client, base, concurrency, concurrency)  # warm-up: the pool fills
-        return await _calls(client, base, calls, concurrency)
+        return await _calls(client, base, calls, concurrency), probe.http_version
 
 
 def measure(calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
@@ -103,15 +105,19 @@ def measure(calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
     try:
         bases = {"lean-http1": h1.url, "httpcore-http1": h1.url, "httpcore-http2": h2.url}
         cpu: dict[str, list[float]] = {k: [] for k in bases}
+        versions: dict[str, str] = {}
         for _ in range(rounds):
             for kind, base in bases.items():
-                cpu[kind].append(asyncio.run(_round(kind, base, tls.ca, calls, concurrency)))
+                spent, versions[kind] = asyncio.run(_round(kind, base, tls.ca, calls,
+                                                           concurrency))
+                cpu[kind].append(spent)
         out: dict[str, Any] = {"bench": "transports", "calls": calls,
                                "concurrency": concurrency, "frame_delay_ms": DELAY_MS,
                                "load_avg": round(os.getloadavg()[0], 2)}
         for kind, values in cpu.items():
             per_call = statistics.median(values) / calls
-            out[kind] = {"client_cpu_ms_per_call": round(per_call * 1000, 3),
+            out[kind] = {"http_version": versions[kind],
+                         "client_cpu_ms_per_call": round(per_call * 1000, 3),
                          "client_cpu_us_per_frame": round(per_call / FRAMES * 1e6, 1),
                          "rounds_ms_per_call": [round(v / calls * 1000, 3) for v in values]}
         return out
