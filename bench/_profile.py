@@ -35,6 +35,30 @@ def _short(path: str) -> str:
     return re.sub(r"^\.?\d+/", "stdlib/", path.split("wt/", 1)[-1])
 
 
+# the stage of a frame's path each file belongs to (first match wins)
+STAGES = [
+    ("model read: TLS, HTTP/1.1", ("ssl.py", "providers/_transport.py", "providers/_http.py",
+                                   "httpx/", "httpcore/", "h11/", "anyio/")),
+    ("model parse: SSE, wire JSON", ("providers/_sse.py", "providers/openai", "providers/_openai",
+                                     "providers/_stream_guard.py", "providers/events.py")),
+    ("loop: accumulate, events", ("providers/accumulate.py", "providers/partial_json.py",
+                                  "app/loop/", "app/metrics.py", "prometheus_client/")),
+    ("sink: encode, batch", ("app/run_sink.py", "app/events.py")),
+    ("backend: append, wake, read", ("app/backends/", "redis/")),
+    ("SSE out: frames, ASGI, socket", ("app/sse.py", "app/send_deadline.py", "uvicorn/",
+                                       "starlette/", "sse_starlette/", "fastapi/")),
+    ("event loop, tasks, timers", ("asyncio/", "uvloop/", "<string>", "concurrent/")),
+]
+
+
+def stage(file: str) -> str:
+    """The stage ``file``'s self time is charged to (``other`` when none matches)."""
+    for name, prefixes in STAGES:
+        if any(p in file for p in prefixes):
+            return name
+    return "other"
+
+
 def summarize(raw: str) -> dict[str, Any]:
     """Self-time shares per file and per function from py-spy's raw (collapsed) output."""
     files: Counter[str] = Counter()
@@ -55,7 +79,11 @@ def summarize(raw: str) -> dict[str, Any]:
     def share(counter: Counter[str]) -> list[tuple[str, float]]:
         return [(k, round(100 * v / total, 1)) for k, v in counter.most_common(TOP)]
 
-    return {"samples": total, "files_pct": share(files), "functions_pct": share(funcs)}
+    stages: Counter[str] = Counter()
+    for file, n in files.items():
+        stages[stage(file)] += n
+    return {"samples": total, "stages_pct": share(stages), "files_pct": share(files),
+            "functions_pct": share(funcs)}
 
 
 def record(pid: int, seconds: float) -> dict[str, Any]:

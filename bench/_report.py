@@ -209,6 +209,11 @@ def _live_section(extras: dict[str, Any]) -> list[str]:
         if "skipped" in prof:
             out.append(f"- skipped: {prof['skipped']}")
             continue
+        if prof.get("stages_pct"):
+            us = prof.get("server_us_per_frame") or 0
+            out.append("- by stage of a frame's path (% of samples ≈ µs of the frame's "
+                       f"{us} µs): " + ", ".join(f"{f} {p} % ≈ {p * us / 100:.0f} µs"
+                                                  for f, p in prof["stages_pct"]))
         out.append("- by file: " + ", ".join(f"`{f}` {p}" for f, p in prof["files_pct"]))
         out.append("- by function: " + ", ".join(f"`{f}` {p}" for f, p in
                                                   prof["functions_pct"]))
