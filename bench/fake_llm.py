@@ -2,13 +2,14 @@
 
 ``python bench/fake_llm.py --port N [--delay-ms X] [--tls-cert C --tls-key K]``
 
-Script, per request: if the last message is not a tool result and the request offers tools,
-the answer is one tool call ``add({"a": 2, "b": 3})`` with its arguments split over several
-chunks (``finish_reason: tool_calls``); otherwise it is 40 text deltas (``deltas=N`` in the first
-user message asks for N) and ``finish_reason: stop``. Streaming requests get
-SSE (``data: {chunk}`` frames, a usage chunk when ``stream_options.include_usage`` is set, then
-``data: [DONE]``); other requests get one ``chat.completion`` object. ``GET /v1/models`` lists the
-one model; ``GET /stats`` counts the requests served (the harness checks calls per run with it).
+Script, per request: if the last message is not a tool result, the answer is one tool call
+``add({"a": 2, "b": 3})`` with its arguments split over several chunks (``finish_reason:
+tool_calls``); otherwise it is 40 text deltas and ``finish_reason: stop``. ``deltas=N`` in the
+first user message asks for N text deltas straight away (the live-streams workload).
+Streaming requests get SSE (``data: {chunk}`` frames, a usage chunk when
+``stream_options.include_usage`` is set, then ``data: [DONE]``); other requests get one
+``chat.completion`` object. ``GET /v1/models`` lists the one model; ``GET /stats`` counts the
+requests served (the harness checks calls per run with it).
 
 Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses, ``https://``
 with ``--tls-cert``/``--tls-key``; with ``--delay-ms 0`` each response leaves in one write.
@@ -65,17 +66,22 @@ def text_pieces(n: int = TEXT_DELTAS) -> list[str]:
 
 
 def wants_text(body: dict[str, Any]) -> bool:
-    """True when the last message is a tool result or no tools are offered: answer in text."""
+    """True when the last message is a tool result or the first user message asks for
+    ``deltas=N``: answer in text."""
     messages = body.get("messages") or [{}]
-    return messages[-1].get("role") == "tool" or not body.get("tools")
+    return messages[-1].get("role") == "tool" or _asked_deltas(body) is not None
+
+
+def _asked_deltas(body: dict[str, Any]) -> int | None:
+    first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
+    content = first.get("content")
+    found = _DELTAS.search(content) if isinstance(content, str) else None
+    return int(found.group(1)) if found else None
 
 
 def text_deltas(body: dict[str, Any]) -> int:
     """``deltas=N`` in the first user message, else ``TEXT_DELTAS``."""
-    first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
-    content = first.get("content")
-    found = _DELTAS.search(content) if isinstance(content, str) else None
-    return int(found.group(1)) if found else TEXT_DELTAS
+    return _asked_deltas(body) or TEXT_DELTAS
 
 
 def _chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None,
