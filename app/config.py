@@ -72,8 +72,8 @@ class Settings(BaseSettings):
     provider_read_timeout: float = Field(default=300.0, gt=0)
     provider_http2: bool = False
     """On: HTTP/2 (httpcore) for https providers. Off (the default): the lean HTTP/1.1
-    transport carries https too, as it does plain http; measured at less than half the CPU per
-    run on the production-path benchmark (bench/RESULTS.md)."""
+    transport carries https too, as it does plain http: about a sixth of httpcore's client CPU
+    per streamed call, over HTTP/1.1 or HTTP/2 (``bench/transports.py``)."""
     provider_max_connections: int = Field(default=2000, ge=1)
     """Open provider connections at once (each streaming run holds one over HTTP/1.1)."""
     openai_profiles: str = ""
