@@ -40,7 +40,9 @@ $(JSSTAMP): $(JS)/package.json $(JS)/package-lock.json | system-deps
 test: install system-deps js-deps
 	@scripts/test.sh
 
+# the production-path benchmark side by side with LangGraph (minutes); BENCH_QUICK=1 for a smaller run
 bench: install system-deps
+	@test -x $(BIN)/py-spy || $(BIN)/pip install -q 'py-spy>=0.3'
 	$(BIN)/python bench/harness.py
 
 clean:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -25,6 +26,9 @@ from app.main import create_app
 from app.services import open_services
 
 log = logging.getLogger(__name__)
+GC_GEN0 = 20_000
+"""Allocations (net of frees) between two young-generation collections (CPython's default
+is 700)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,12 +42,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tune_gc() -> None:
+    """Move everything built so far (modules, pydantic models, routes: hundreds of thousands
+    of objects) out of the collector's sight, and collect the young generation less often.
+
+    Every full collection walked all of those objects again; with runs streaming, allocations
+    set collections off many times a second (py-spy: the collector showed as 15 % of the
+    server's samples, charged to whatever line allocated). Garbage is still collected: cycles
+    among objects made after this are found as before."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0, *gc.get_threshold()[1:])
+
+
 def serve(settings: Settings, *, host: str | None, port: int | None, worker: bool) -> None:
     """Run the API under uvicorn (uvloop + httptools)."""
     app = create_app(settings, worker=worker)
     config = uvicorn.Config(app, host=host or settings.host, port=port or settings.port,
                             loop="uvloop", http="httptools", log_config=None,
                             proxy_headers=True, timeout_graceful_shutdown=30)
+    tune_gc()
     uvicorn.Server(config).run()
 
 
@@ -66,6 +84,7 @@ def run_worker_process(settings: Settings) -> None:
     """Run a worker until SIGTERM/SIGINT."""
     import uvloop
 
+    tune_gc()
     uvloop.run(_worker_main(settings))
 
 

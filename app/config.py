@@ -73,9 +73,10 @@ class Settings(BaseSettings):
     provider_retries: int = Field(default=4, ge=1)
     provider_connect_timeout: float = Field(default=10.0, gt=0)
     provider_read_timeout: float = Field(default=300.0, gt=0)
-    provider_http2: bool = True
-    """HTTP/2 (httpcore) for https providers; plain-http servers always use the lean HTTP/1.1
-    transport, and with this off https ones do too."""
+    provider_http2: bool = False
+    """On: HTTP/2 (httpcore) for https providers. Off (the default): the lean HTTP/1.1
+    transport carries https too, as it does plain http: about a sixth of httpcore's client CPU
+    per streamed call, over HTTP/1.1 or HTTP/2 (``bench/transports.py``)."""
     provider_max_connections: int = Field(default=2000, ge=1)
     """Open provider connections at once (each streaming run holds one over HTTP/1.1)."""
     openai_profiles: str = ""

@@ -58,7 +58,6 @@ class EventSink:
         self._closing = False
         self._fenced = False
         self._batches = 0
-        self._ts_cache: tuple[int, str] = (-1, "")
         self.last_seq = 0
         self.written = 0
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
@@ -141,12 +140,24 @@ class EventSink:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
 
-    def _ts(self, t: float) -> str:
-        ms = int(t * 1000)
-        if ms != self._ts_cache[0]:
-            text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-            self._ts_cache = (ms, text.replace("+00:00", "Z"))
-        return self._ts_cache[1]
+    @staticmethod
+    def _ts(t: float) -> str:
+        return rfc3339_ms(t)
+
+
+_SECOND: list[Any] = [-1, ""]
+"""The last whole second formatted, shared by every run's sink (frames 33 ms apart in one run
+always missed a per-run, per-millisecond cache)."""
+
+
+def rfc3339_ms(t: float) -> str:
+    """``t`` (epoch seconds) as ``2026-01-02T03:04:05.678Z``, the ``ts`` of stored events."""
+    ms = int(t * 1000)
+    second, millis = divmod(ms, 1000)
+    if second != _SECOND[0]:
+        _SECOND[0] = second
+        _SECOND[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_SECOND[1]}.{millis:03d}Z"
 
 
 class BackendQueue:

@@ -25,7 +25,7 @@ from app.auth import Authenticator
 from app.backends.base import Backend, BackendError
 from app.config import Settings, provider_env
 from app.run_requests import ResolveProvider
-from providers._transport import LeanHTTP1Transport
+from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
 from tool_registry import Registry, default_registry, import_tool_modules
 
@@ -123,24 +123,13 @@ def _log_startup(svc: Services, sandbox: str, worker: bool) -> None:
                     "'default'. Do not expose this server.")
 
 
-_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-
-
 def provider_client(settings: Settings, env: dict[str, str]) -> httpx.AsyncClient:
-    """The one client every provider shares: HTTP/2 to https providers (when on), the lean
-    HTTP/1.1 transport for plain http (and for https with HTTP/2 off). With a proxy configured
-    httpx's own transports are kept, since they are the ones that speak to proxies."""
-    limits = httpx.Limits(max_connections=settings.provider_max_connections,
-                          max_keepalive_connections=min(settings.provider_max_connections, 200))
-    mounts: dict[str, httpx.AsyncBaseTransport] = {}
-    if not any(env.get(var) for var in _PROXY_VARS):
-        lean = LeanHTTP1Transport()
-        mounts["http://"] = lean
-        if not settings.provider_http2:
-            mounts["https://"] = lean
-    return httpx.AsyncClient(http2=settings.provider_http2,
-                             timeout=provider_settings(settings).timeout(), limits=limits,
-                             mounts=mounts)
+    """The one client every provider shares, routed per URL (``providers._routing``): the lean
+    HTTP/1.1 transport wherever no proxy applies (https too unless ``provider_http2``), httpx's
+    proxy transports where one does."""
+    return routed_client(env, http2=settings.provider_http2,
+                         timeout=provider_settings(settings).timeout(),
+                         max_connections=settings.provider_max_connections)
 
 
 @asynccontextmanager

@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import metrics
 from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
+from app.send_deadline import SendDeadline
 
 log = logging.getLogger(__name__)
 PAGE = 200
@@ -158,19 +159,25 @@ class EventStreamResponse(EventSourceResponse):
             return
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
+        deadline = SendDeadline(self.send_timeout)  # one timer per stream, not one per send
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
             async for chunk in self._frames:
                 if gone.is_set():
                     return
-                async with asyncio.timeout(self.send_timeout):
+                with deadline:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if not gone.is_set():
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except TimeoutError:
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not deadline.expired or task is None:
+                raise
+            task.uncancel()
             log.info("dropped an event stream whose client stopped reading")
         finally:
+            deadline.close()
             watcher.cancel()
             aclose = getattr(self._frames, "aclose", None)
             if aclose is not None:

@@ -23,12 +23,13 @@ import uuid
 from typing import Any
 
 from bench._client import Connection, HTTPError
-from bench._procs import Proc, start_fake
+from bench._procs import OUT, Proc, start_fake
 from bench._stats import ms
 from bench._systems import start_agentloop
+from bench._tls import make_tls
 from bench._workload import RUN_BODY, create_run, events_path
 
-STEER_DELAY_MS = 20.0
+STEER_DELAY_MS = 33.0
 STEER_AT_DELTA = 20
 OPEN_DELAY_MS = 1000.0
 STALL_S = 2.5
@@ -38,7 +39,7 @@ async def _post_steer(conn: Connection, run_id: str, text: str) -> float:
     status, data = await conn.request("POST", f"/runs/{run_id}/steer", json={"content": text})
     if status != 202:
         raise HTTPError(f"steer: {status} {data[:200]!r}")
-    return time.perf_counter()
+    return time.monotonic()
 
 
 async def _steer_once(port: int) -> dict[str, Any]:
@@ -53,7 +54,7 @@ async def _steer_once(port: int) -> dict[str, Any]:
                 if ev.type == "message_update" and b'"text_delta"' in ev.data:
                     deltas += 1
                     if deltas == STEER_AT_DELTA and ack is None:
-                        sent = time.perf_counter()
+                        sent = time.monotonic()
                         ack = tg.create_task(_post_steer(side, str(run["id"]), text))
                 elif ev.type == "message_end" and injected is None and b'"assistant"' in ev.data:
                     prev_end = ev.at
@@ -72,7 +73,7 @@ async def _steer_once(port: int) -> dict[str, Any]:
 
 def steer(system: str, runs: int, concurrency: int = 10) -> dict[str, Any]:
     """Steer→injected latency on ``system`` (a fresh server on a slow fake model)."""
-    fake = start_fake(STEER_DELAY_MS, name="fake_llm_steer")
+    fake = start_fake(STEER_DELAY_MS, name="fake_llm_steer", tls=make_tls(OUT / "tls"))
     server: Proc | None = None
     try:
         server = start_agentloop(fake, redis=system == "agentloop-redis", name=f"{system}-steer")

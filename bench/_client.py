@@ -1,9 +1,11 @@
-"""A lean HTTP/1.1 client for the load: one keep-alive connection per worker, incremental SSE.
+"""A lean HTTP/1.1 client for the load: keep-alive connections, incremental SSE.
 
 No framework: requests are written by hand, responses read with ``Content-Length`` or chunked
 framing, and an event stream is cut into SSE events as bytes arrive, each stamped with
-``time.perf_counter()`` on arrival. Event data is left as bytes; callers parse only what they
-need, so the client stays cheap next to the servers it measures (its CPU is reported).
+``time.monotonic()`` (the clock the fake model stamps frames with) on arrival. Event data is
+left as bytes; callers parse only what they need, so the client stays cheap next to the servers
+it measures (its CPU is reported). ``stamps`` reads the fake model's write times out of an
+event's data (``lag`` = arrival − write).
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ import orjson
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
+_STAMP = re.compile(rb" w\d+@(\d+)")
+
+
+def stamps(data: bytes) -> list[float]:
+    """The fake model's write times (``time.monotonic`` seconds) of the text deltas in ``data``."""
+    return [int(m) / 1e6 for m in _STAMP.findall(data)]
 
 
 @dataclass(slots=True)
@@ -119,6 +127,20 @@ class Connection:
             raise
         return status, data
 
+    async def raw_events(self, path: str) -> AsyncIterator[tuple[bytes, float]]:
+        """``GET path``'s body as it arrives, undecoded (chunk-size lines left in: each chunk
+        holds whole SSE frames), with arrival times; for readers that scan bytes only."""
+        status, _ = await self._send("GET", path, None, {"accept": "text/event-stream"})
+        if status >= 300:
+            raise HTTPError(f"GET {path}: {status}")
+        reader = self._r
+        assert reader is not None
+        while data := await reader.read(1 << 16):
+            yield data, time.monotonic()
+            if data.endswith(b"0\r\n\r\n"):
+                break
+        self.close()
+
     async def events(self, method: str, path: str, json: Any = None,
                      headers: dict[str, str] | None = None) -> AsyncIterator[SSEEvent]:
         """The response's SSE events as they arrive; ends when the server ends the body."""
@@ -132,7 +154,7 @@ class Connection:
                 raise HTTPError(f"{method} {path}: {status} {data[:300]!r}")
             buf = b""
             async for chunk in self._body(rh):
-                at = time.perf_counter()
+                at = time.monotonic()
                 buf += chunk
                 while m := _EVENT_END.search(buf):
                     block, buf = buf[:m.start()], buf[m.end():]

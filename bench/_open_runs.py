@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench._client import Connection
-from bench._procs import Proc, fake_stats, start_fake
+from bench._procs import OUT, Proc, fake_stats, start_fake
 from bench._systems import start_agentloop
+from bench._tls import make_tls
 from bench._workload import RUN_BODY, create_run, events_path
 
 DELAY_MS = 1000.0
@@ -66,17 +67,17 @@ async def _hold(server: Proc, fake: Proc, n: int) -> dict[str, Any]:
         finally:
             conn.close()
 
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     try:
         async with asyncio.timeout(120), asyncio.TaskGroup() as tg:
             for _ in range(CREATORS):
                 tg.create_task(creator())
-        create_s = time.perf_counter() - t0
+        create_s = time.monotonic() - t0
         async with asyncio.timeout(60):
             while not all(s.events or s.ended for s in streams):
                 await asyncio.sleep(0.2)
         await asyncio.sleep(HOLD_S)
-        now = time.perf_counter()
+        now = time.monotonic()
         live = sum(1 for s in streams if not s.ended and now - s.last_at < STALL_S)
         mem = server.mem_mb()
         upstream = fake_stats(fake)["open_streams"]
@@ -121,7 +122,7 @@ async def _cancel_all(port: int, run_ids: list[str]) -> None:
 
 def open_runs(system: str, n: int) -> dict[str, Any]:
     """Hold ``n`` runs open on a fresh ``system`` server; memory and liveness figures."""
-    fake = start_fake(DELAY_MS, name="fake_llm_open")
+    fake = start_fake(DELAY_MS, name="fake_llm_open", tls=make_tls(OUT / "tls"))
     server: Proc | None = None
     head = {"figure": "open_runs", "system": system, "runs": n}
     try:

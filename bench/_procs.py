@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from bench._tls import TLSFiles
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
@@ -84,10 +87,17 @@ class Proc:
     port: int
     log: Path
     extra: list[Proc] = field(default_factory=list)
+    ca: Path | None = None
+    """The CA that signed this server's certificate: it serves https."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca else 'http'}://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout: float = 5) -> httpx.Response:
+        verify: ssl.SSLContext | bool = (ssl.create_default_context(cafile=str(self.ca))
+                                         if self.ca else True)
+        return httpx.get(self.url + path, timeout=timeout, verify=verify)
 
     def cpu_s(self) -> float:
         return tree_cpu_s(self.popen.pid) + sum(p.cpu_s() for p in self.extra)
@@ -132,18 +142,23 @@ def wait_http(proc: Proc, path: str, timeout: float = 60.0) -> None:
         if proc.popen.poll() is not None:
             raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}):\n{proc.log_tail()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(proc.url + path, timeout=2).is_success:
+            if proc.get(path, timeout=2).is_success:
                 return
         time.sleep(0.2)
     proc.stop()
     raise RuntimeError(f"{proc.name} not ready after {timeout}s:\n{proc.log_tail()}")
 
 
-def start_fake(delay_ms: float = 0.0, name: str = "fake_llm") -> Proc:
+def start_fake(delay_ms: float = 0.0, name: str = "fake_llm", tls: TLSFiles | None = None
+               ) -> Proc:
+    """``bench/fake_llm.py`` pacing frames ``delay_ms`` apart; https with ``tls``."""
     port = free_port()
     argv = [sys.executable, str(ROOT / "bench" / "fake_llm.py"), "--port", str(port),
             "--delay-ms", str(delay_ms)]
+    if tls is not None:
+        argv += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
     proc = start(name, argv, port)
+    proc.ca = tls.ca if tls is not None else None
     wait_http(proc, "/v1/models", 15)
     return proc
 
@@ -165,4 +180,4 @@ def start_redis() -> Proc:
 
 
 def fake_stats(fake: Proc) -> dict[str, int]:
-    return dict(httpx.get(fake.url + "/stats", timeout=5).json())
+    return dict(fake.get("/stats").json())

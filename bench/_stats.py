@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,12 +42,19 @@ class Sample:
     fake: float
     client: float
     llm_requests: int
+    llm_connections: int
 
     @classmethod
     def take(cls, server: Proc, fake: Proc) -> Sample:
         redis = sum(p.cpu_s() for p in server.extra)
-        return cls(server.cpu_s(), redis, fake.cpu_s(), client_cpu_s(),
-                   fake_stats(fake)["requests"])
+        stats = fake_stats(fake)
+        return cls(server.cpu_s(), redis, fake.cpu_s(), client_cpu_s(), stats["requests"],
+                   stats.get("connections", 0))
+
+
+def load_avg() -> float:
+    """The 1-minute load average (other work on the machine shows here)."""
+    return round(os.getloadavg()[0], 2)
 
 
 def row(system: str, concurrency: int, work: Workload, before: Sample, after: Sample,
@@ -67,6 +75,10 @@ def row(system: str, concurrency: int, work: Workload, before: Sample, after: Sa
         "end_ms": ms([r.end for r in ok if r.end is not None]),
         "events_per_run": round(sum(r.events for r in ok) / max(1, len(ok)), 1),
         "llm_calls_per_run": round((after.llm_requests - before.llm_requests) / n, 2),
+        "llm_calls": after.llm_requests - before.llm_requests,
+        "llm_connections": after.llm_connections - before.llm_connections,
+        "lag_ms": ms([lag for r in ok for lag in r.lags]),
+        "load_avg": load_avg(),
         "server_cpu_ms_per_run": round((after.server - before.server) / n * 1000, 3),
         "server_cpu_util": round((after.server - before.server) / work.wall_s, 3)
         if work.wall_s else None,

@@ -81,6 +81,8 @@ def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None
                          "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
                          "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
                          "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+    if fake.ca is not None:  # a private CA, trusted the way deployments trust one
+        env["SSL_CERT_FILE"] = str(fake.ca)
     redis_proc = start_redis() if redis else None
     if redis_proc is not None:
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
@@ -102,6 +104,8 @@ def start_langgraph(fake: Proc, jobs_per_worker: int = PEER_JOBS_PER_WORKER) -> 
     shutil.rmtree(PEER_APP, ignore_errors=True)
     shutil.copytree(ROOT / "bench" / "peer_langgraph", PEER_APP)
     env = _base_env() | QUIET_ENV | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1"}
+    if fake.ca is not None:
+        env["SSL_CERT_FILE"] = str(fake.ca)
     port = free_port()
     argv = [str(PEER_VENV / "bin" / "langgraph"), "dev", "--host", "127.0.0.1", "--port",
             str(port), "--no-browser", "--no-reload", "--server-log-level", "WARNING",

@@ -6,9 +6,16 @@ read until the body ends. Both: times from just before the create request to the
 the first model delta and the end; events counted; the answer checked (the tool result made it
 into the model's text).
 
-Timeline of one worker (each holds one keep-alive connection)::
+Timeline of one worker::
 
-    t0 ── POST /runs ── 201 ── GET /events ── agent_start … message_update … agent_end ── next run
+    t0 ── connect ── POST /runs ── 201 ── GET /events ── agent_start … agent_end ── close ── next
+
+``fresh=True`` (the production path): every run opens its own connection, as distinct browsers
+do, and its POST and GET share it, as one browser's connection pool would (LangGraph's single
+``POST /runs/stream`` has it to itself). ``fresh=False`` (the micro-benchmark): each worker keeps
+one keep-alive connection for all its runs. Lag: each paced text delta carries the time the
+fake model wrote it; ``lags`` are arrival − write for every delta received (agentloop: one per
+``message_update``; LangGraph: the newest delta of each ``messages/partial``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from bench._client import Connection, HTTPError
+from bench._client import Connection, HTTPError, stamps
 
 RUN_BODY = {"model": "openai:fake-model", "input": "add 2 and 3", "tools": ["add"]}
 PEER_BODY = {"assistant_id": "agent",
@@ -32,7 +39,7 @@ ANSWER = b"The sum of 2 and 3 is 5."
 
 @dataclass(slots=True)
 class RunRecord:
-    """Times in seconds from the create request (``perf_counter`` based)."""
+    """Times in seconds from the create request (``time.monotonic``, the fake's clock too)."""
 
     first_event: float | None = None
     first_delta: float | None = None
@@ -40,6 +47,7 @@ class RunRecord:
     events: int = 0
     ok: bool = False
     error: str | None = None
+    lags: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -63,15 +71,17 @@ async def create_run(conn: Connection, body: dict[str, object]) -> dict[str, obj
 
 async def agentloop_run(conn: Connection) -> RunRecord:
     rec = RunRecord()
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     run = await create_run(conn, RUN_BODY)
     tool_ok = False
     async for ev in conn.events("GET", events_path(str(run["events_url"]))):
         rec.events += 1
         if rec.first_event is None:
             rec.first_event = ev.at - t0
-        if ev.type == "message_update" and rec.first_delta is None:
-            rec.first_delta = ev.at - t0
+        if ev.type == "message_update":
+            if rec.first_delta is None:
+                rec.first_delta = ev.at - t0
+            rec.lags += [ev.at - s for s in stamps(ev.data)]
         elif ev.type == "tool_execution_end":
             tool_ok = ev.json()["is_error"] is False
         elif ev.type == "agent_end":
@@ -87,7 +97,7 @@ async def agentloop_run(conn: Connection) -> RunRecord:
 
 async def langgraph_run(conn: Connection) -> RunRecord:
     rec = RunRecord()
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     last = b""
     async for ev in conn.events("POST", "/runs/stream", json=PEER_BODY):
         rec.events += 1
@@ -97,9 +107,11 @@ async def langgraph_run(conn: Connection) -> RunRecord:
             if rec.first_delta is None:
                 rec.first_delta = ev.at - t0
             last = ev.data
+            if sent := stamps(ev.data):
+                rec.lags.append(ev.at - sent[-1])
         elif ev.type == "error":
             rec.error = ev.data[:300].decode(errors="replace")
-    rec.end = time.perf_counter() - t0
+    rec.end = time.monotonic() - t0
     rec.ok = rec.error is None and ANSWER in last
     if not rec.ok and rec.error is None:
         rec.error = f"no answer in the last message: {last[:200]!r}"
@@ -109,19 +121,20 @@ async def langgraph_run(conn: Connection) -> RunRecord:
 RunFn = Callable[[Connection], Awaitable[RunRecord]]
 
 
-async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *,
+async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *, fresh: bool = True,
                 run_timeout: float = 60.0, total_timeout: float = 600.0) -> Workload:
-    """``runs`` runs, ``concurrency`` at a time; each bounded by ``run_timeout``, all by
-    ``total_timeout`` (runs not started by then are recorded as errors)."""
+    """``runs`` runs, ``concurrency`` at a time, each on a new connection when ``fresh``; each
+    bounded by ``run_timeout``, all by ``total_timeout`` (runs not started by then are recorded
+    as errors)."""
     out = Workload()
     todo = iter(range(runs))
-    deadline = time.perf_counter() + total_timeout
+    deadline = time.monotonic() + total_timeout
 
     async def worker() -> None:
         conn = Connection("127.0.0.1", port)
         try:
             for _ in todo:
-                if time.perf_counter() > deadline:
+                if time.monotonic() > deadline:
                     out.records.append(RunRecord(error="total timeout"))
                     continue
                 try:
@@ -131,14 +144,16 @@ async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *,
                     conn.close()
                     rec = RunRecord(error=f"{type(exc).__name__}: {exc}"[:300])
                 out.records.append(rec)
+                if fresh:
+                    conn.close()
         finally:
             conn.close()
 
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     async with asyncio.TaskGroup() as tg:
         for _ in range(min(concurrency, runs)):
             tg.create_task(worker())
-    out.wall_s = time.perf_counter() - t0
+    out.wall_s = time.monotonic() - t0
     return out
 
 

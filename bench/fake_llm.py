@@ -1,17 +1,25 @@
 """A cheap OpenAI-compatible Chat Completions server on loopback, for benchmarks.
 
-``python bench/fake_llm.py --port N [--delay-ms X]``
+``python bench/fake_llm.py --port N [--delay-ms X] [--tls-cert C --tls-key K]``
 
 Script, per request: if the last message is not a tool result, the answer is one tool call
 ``add({"a": 2, "b": 3})`` with its arguments split over several chunks (``finish_reason:
-tool_calls``); otherwise it is 40 text deltas and ``finish_reason: stop``. Streaming requests get
-SSE (``data: {chunk}`` frames, a usage chunk when ``stream_options.include_usage`` is set, then
-``data: [DONE]``); other requests get one ``chat.completion`` object. ``GET /v1/models`` lists the
-one model; ``GET /stats`` counts the requests served (the harness checks calls per run with it).
+tool_calls``); otherwise it is 40 text deltas and ``finish_reason: stop``. ``deltas=N`` in the
+first user message asks for N text deltas straight away (the live-streams workload).
+Streaming requests get SSE (``data: {chunk}`` frames, a usage chunk when
+``stream_options.include_usage`` is set, then ``data: [DONE]``); other requests get one
+``chat.completion`` object. ``GET /v1/models`` lists the one model; ``GET /stats`` counts the
+requests served (the harness checks calls per run with it).
 
-Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses; with
-``--delay-ms 0`` each response leaves in one write. The harness reports this process's CPU per run
-next to the servers', so it can be seen not to be the bottleneck.
+Raw asyncio streams (uvloop when installed), HTTP/1.1 keep-alive, chunked responses, ``https://``
+with ``--tls-cert``/``--tls-key``; with ``--delay-ms 0`` each response leaves in one write.
+With a delay every frame (text delta, tool-call fragment) is its own write, ``delay`` after the
+previous one, as a model streams tokens; scheduled with ``call_at`` per stream (no task per
+frame) so the fake stays cheap next to the servers it feeds. Paced text deltas after the first
+eight words carry their write time (``" w12@<time.monotonic() in µs>"``): clients measure the
+lag from model frame written to SSE frame received with it (one clock on one machine).
+``/stats`` also counts accepted connections (TLS handshakes, with TLS). The harness reports this
+process's CPU per run next to the servers', so it can be seen not to be the bottleneck.
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import re
 import signal
+import ssl
 import time
 from typing import Any
 
@@ -46,16 +56,32 @@ USAGE_TEXT = {"prompt_tokens": 70, "completion_tokens": TEXT_DELTAS,
 _ids = itertools.count(1)
 
 
-def text_pieces() -> list[str]:
-    """The 40 text deltas; their concatenation is the whole answer."""
-    words = ["The", " sum", " of", " 2", " and", " 3", " is", " 5."]
-    return [words[i] if i < len(words) else f" w{i}" for i in range(TEXT_DELTAS)]
+WORDS = ["The", " sum", " of", " 2", " and", " 3", " is", " 5."]
+_DELTAS = re.compile(r"deltas=(\d{1,6})")
+
+
+def text_pieces(n: int = TEXT_DELTAS) -> list[str]:
+    """The text deltas; their concatenation is the whole answer."""
+    return [WORDS[i] if i < len(WORDS) else f" w{i}" for i in range(n)]
 
 
 def wants_text(body: dict[str, Any]) -> bool:
-    """True when the last message is a tool result: the script answers in text."""
+    """True when the last message is a tool result or the first user message asks for
+    ``deltas=N``: answer in text."""
     messages = body.get("messages") or [{}]
-    return messages[-1].get("role") == "tool"
+    return messages[-1].get("role") == "tool" or _asked_deltas(body) is not None
+
+
+def _asked_deltas(body: dict[str, Any]) -> int | None:
+    first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
+    content = first.get("content")
+    found = _DELTAS.search(content) if isinstance(content, str) else None
+    return int(found.group(1)) if found else None
+
+
+def text_deltas(body: dict[str, Any]) -> int:
+    """``deltas=N`` in the first user message, else ``TEXT_DELTAS``."""
+    return _asked_deltas(body) or TEXT_DELTAS
 
 
 def _chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None,
@@ -77,7 +103,7 @@ def stream_chunks(body: dict[str, Any]) -> list[dict[str, Any]]:
     usage = bool(opts.get("include_usage"))
     out: list[dict[str, Any]] = []
     if wants_text(body):
-        for i, piece in enumerate(text_pieces()):
+        for i, piece in enumerate(text_pieces(text_deltas(body))):
             delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
             out.append(_chunk(cid, created, delta, None, usage))
         out.append(_chunk(cid, created, None, "stop", usage))
@@ -103,7 +129,8 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
     """The non-streaming answer: the same script as one ``chat.completion`` object."""
     n = next(_ids)
     if wants_text(body):
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(text_pieces())}
+        message: dict[str, Any] = {"role": "assistant",
+                                   "content": "".join(text_pieces(text_deltas(body)))}
         finish, usage = "stop", USAGE_TEXT
     else:
         call = {"id": f"call_bench{n}", "type": "function",
@@ -126,20 +153,64 @@ _SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-contr
 _LAST_CHUNK = b"0\r\n\r\n"
 
 
+def _stamp(chunk: dict[str, Any]) -> bytes:
+    """The chunk's JSON; a text delta past the first words gets its write time appended."""
+    choices = chunk["choices"]
+    content = choices[0]["delta"].get("content") if choices else None
+    if content and content.startswith(" w"):
+        stamped = dict(choices[0], delta={"content": f"{content}@{int(time.monotonic() * 1e6)}"})
+        return _dumps(dict(chunk, choices=[stamped]))
+    return _dumps(chunk)
+
+
+class _Paced:
+    """One paced response: writes frame ``i`` at ``start + i * delay`` from loop callbacks."""
+
+    def __init__(self, transport: asyncio.BaseTransport, chunks: list[dict[str, Any]],
+                 delay: float, done: asyncio.Future[None]) -> None:
+        self.transport, self.chunks, self.delay, self.done = transport, chunks, delay, done
+        self.n_deltas = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"])
+        self.i = 0
+        self.loop = asyncio.get_running_loop()
+        self.start = self.loop.time()
+        self.tick()
+
+    def tick(self) -> None:
+        t = self.transport
+        if t.is_closing():  # type: ignore[attr-defined]
+            self.done.cancel()
+            return
+        # the pause comes between deltas; finish, usage and [DONE] follow the last one at once
+        while self.i < len(self.chunks):
+            t.write(_frame(_stamp(self.chunks[self.i])))  # type: ignore[attr-defined]
+            self.i += 1
+            if 0 < self.i < self.n_deltas:
+                self.loop.call_at(self.start + self.i * self.delay, self.tick)
+                return
+        t.write(_frame(b"[DONE]") + _LAST_CHUNK)  # type: ignore[attr-defined]
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 class FakeLLM:
     """The server: one coroutine per connection, requests served in order (keep-alive)."""
 
     def __init__(self, delay_ms: float = 0.0) -> None:
         self.delay = delay_ms / 1000.0
-        self.stats = {"requests": 0, "tool_call_answers": 0, "text_answers": 0, "open_streams": 0}
+        self.stats = {"requests": 0, "tool_call_answers": 0, "text_answers": 0, "open_streams": 0,
+                      "connections": 0, "open_connections": 0}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.stats["connections"] += 1
+        self.stats["open_connections"] += 1
         try:
             while await self._one_request(reader, writer):
                 pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                asyncio.CancelledError, ssl.SSLError):
             pass
         finally:
+            self.stats["open_connections"] -= 1
             writer.close()
 
     async def _one_request(self, reader: asyncio.StreamReader,
@@ -173,21 +244,16 @@ class FakeLLM:
             self._reply(writer, 200, completion(body))
             return
         chunks = stream_chunks(body)
-        frames = [_frame(_dumps(c)) for c in chunks] + [_frame(b"[DONE]")]
-        # the pause comes between deltas; finish, usage and [DONE] follow the last one at once
-        n_deltas = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"])
         if not self.delay:
+            frames = [_frame(_dumps(c)) for c in chunks] + [_frame(b"[DONE]")]
             writer.write(_SSE_HEAD + b"".join(frames) + _LAST_CHUNK)
             return
         self.stats["open_streams"] += 1
         try:
             writer.write(_SSE_HEAD)
-            for i, frame in enumerate(frames):
-                if 0 < i < n_deltas:
-                    await asyncio.sleep(self.delay)
-                writer.write(frame)
-                await writer.drain()
-            writer.write(_LAST_CHUNK)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            _Paced(writer.transport, chunks, self.delay, done)
+            await done
         finally:
             self.stats["open_streams"] -= 1
 
@@ -199,11 +265,12 @@ class FakeLLM:
                      b"\r\n\r\n%s" % (status, reason, len(data), data))
 
 
-async def serve(host: str, port: int, delay_ms: float) -> None:
+async def serve(host: str, port: int, delay_ms: float, tls: ssl.SSLContext | None = None
+                ) -> None:
     """Serve until SIGTERM/SIGINT; prints ``listening <port>`` once bound."""
     fake = FakeLLM(delay_ms)
     server = await asyncio.start_server(fake.handle, host, port, backlog=4096,
-                                        limit=1 << 20)
+                                        limit=1 << 20, ssl=tls)
     print(f"listening {server.sockets[0].getsockname()[1]}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -217,8 +284,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
-    p.add_argument("--delay-ms", type=float, default=0.0, help="pause between deltas")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="pause between frames")
+    p.add_argument("--tls-cert", help="serve https with this certificate chain (PEM)")
+    p.add_argument("--tls-key", help="and this key (PEM)")
     args = p.parse_args(argv)
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
+        tls.set_alpn_protocols(["http/1.1"])
     if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
         p.error("loopback addresses only")
     try:
@@ -226,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    runner(serve(args.host, args.port, args.delay_ms))
+    runner(serve(args.host, args.port, args.delay_ms, tls))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
-"""agentloop against LangGraph Server, side by side in one invocation, on one fake LLM.
+"""agentloop against LangGraph Server, side by side in one invocation, on one fake model.
 
-    .venv/bin/python bench/harness.py [--runs 200] [--concurrency 20,50]
-        [--systems agentloop,agentloop-redis,langgraph] [--skip-peer] [--quick]
+    .venv/bin/python bench/harness.py [--quick] [--runs 200] [--concurrency 50] [--repeat 3]
+        [--systems agentloop,agentloop-redis,langgraph] [--skip-peer] [--skip-micro]
+        [--skip-live] [--skip-steer] [--skip-open]
 
-For each concurrency, each system in turn is started fresh (agentloop on the memory backend,
-agentloop on a throw-away redis-server, ``langgraph dev``), warmed up, then driven through
-``--runs`` runs over HTTP + SSE by one lean client process; then agentloop alone: steer→injected
-latency on a slow model and memory with 1,000 open runs. Prints one JSON line per measured cell
-on stdout, writes bench/RESULTS.md (figures, agentloop/LangGraph ratios, PASS/MISS per target).
-Every server binds 127.0.0.1; every loop is bounded in count and time.
+The production path first (the default workload): the fake model serves ``https://`` with a
+certificate from a throw-away CA that every system trusts through ``SSL_CERT_FILE``, paces its
+replies one frame per token ``FRAME_MS`` apart (tool-call arguments in fragments), and every
+run opens a new client connection, as distinct browsers do. Systems are interleaved run by run
+(A B C A B C …, each started fresh per cell and warmed up) and each figure is the median of
+``--repeat`` cells, its range and the load average printed beside it. Then the labelled
+micro-benchmark (plain ``http://``, each reply in one write, keep-alive client connections),
+live streams per core on each backend (with a py-spy profile), steer→injected latency and memory
+with 1,000 open runs. Prints one JSON line per measured cell on stdout and writes
+bench/RESULTS.md (figures, ratios, PASS/MISS per target). Every server binds 127.0.0.1; every loop
+is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,10 +32,17 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _agentloop_only, _open_runs, _report, _systems
-from bench._procs import Proc, start_fake
-from bench._stats import Sample, row
+from bench import _agentloop_only, _live, _open_runs, _profile, _report, _systems
+from bench._procs import OUT, Proc, start_fake
+from bench._stats import Sample, load_avg, row
+from bench._tls import make_tls
 from bench._workload import RUN_FNS, drive
+
+FRAME_MS = _live.FRAME_MS
+LIVE_SIZES = [100, 200, 300, 400, 500, 600, 800, 1000]
+PROFILE_STREAMS = 200
+RAW = OUT / "results.json"
+"""Every figure of the last run, as measured (``--render`` writes the report from it)."""
 
 
 def _say(msg: str) -> None:
@@ -42,39 +57,142 @@ def _raise_nofile() -> None:
 
 
 def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: int,
-                 peer_jobs: int) -> dict[str, Any]:
+                 peer_jobs: int, *, fresh: bool) -> dict[str, Any]:
     """Start ``system`` fresh, warm it up, measure ``runs`` at ``concurrency``, stop it."""
+    load = load_avg()
     server = _systems.start_system(system, fake, peer_jobs)
     try:
         run_fn = RUN_FNS[system]
         if warmup:
-            asyncio.run(drive(run_fn, server.port, warmup, min(concurrency, warmup)))
+            asyncio.run(drive(run_fn, server.port, warmup, min(concurrency, warmup), fresh=fresh))
         before = Sample.take(server, fake)
-        work = asyncio.run(drive(run_fn, server.port, runs, concurrency))
+        work = asyncio.run(drive(run_fn, server.port, runs, concurrency, fresh=fresh))
         after = Sample.take(server, fake)
-        return row(system, concurrency, work, before, after, server)
+        return row(system, concurrency, work, before, after, server) | {"load_before": load}
     finally:
         server.stop()
+
+
+def _cell(system: str, fake: Proc, args: argparse.Namespace, concurrency: int, *,
+          fresh: bool, label: str) -> dict[str, Any]:
+    _say(f"{label}: {system}, {args.runs} runs at C={concurrency} (load {load_avg()})")
+    # paced runs last seconds: LangGraph runs as many at once as the clients ask for; the
+    # micro-benchmark keeps the job count that measured best there
+    jobs = args.peer_jobs or (concurrency if fresh else _systems.PEER_JOBS_PER_WORKER)
+    try:
+        cell = measure_cell(system, fake, args.runs, concurrency, args.warmup, jobs,
+                            fresh=fresh) | ({"peer_jobs": jobs} if system == "langgraph" else {})
+    except Exception as exc:
+        cell = {"system": system, "concurrency": concurrency,
+                "failed": f"{type(exc).__name__}: {exc}"[:2000]}
+    cell["workload"] = label
+    print(json.dumps(cell), flush=True)
+    return cell
+
+
+def production(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The production-path cells, systems interleaved, ``--repeat`` rounds."""
+    fake = start_fake(FRAME_MS, tls=make_tls(OUT / "tls"), name="fake_llm_https")
+    cells = []
+    try:
+        for rnd in range(args.repeat):
+            for concurrency in args.concurrency:
+                for system in args.systems:
+                    cells.append(_cell(system, fake, args, concurrency, fresh=True,
+                                       label="production") | {"round": rnd + 1})
+    finally:
+        fake.stop()
+    return cells
+
+
+def micro(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The micro-benchmark: plain http, replies in one write, keep-alive client connections."""
+    fake = start_fake()
+    try:
+        return [_cell(system, fake, args, max(args.concurrency), fresh=False, label="micro")
+                for system in args.systems]
+    finally:
+        fake.stop()
+
+
+def live(system: str, sizes: list[int], profile_seconds: float) -> dict[str, Any]:
+    """Live streams per core on ``system``: the steps, the sustained size, a profile."""
+    fake = start_fake(FRAME_MS, tls=make_tls(OUT / "tls"), name="fake_llm_live")
+    server: Proc | None = None
+    try:
+        server = _systems.start_agentloop(fake, redis=system == "agentloop-redis",
+                                          name=f"{system}-live", extra_env={
+                                              "AGENTLOOP_WORKER_CONCURRENCY": "5000"})
+        steps = _live.run_steps(server, sizes, say=_say)
+        out: dict[str, Any] = {"figure": "live", "system": system, "steps": steps,
+                               "sustained": _live.sustained(steps)}
+        if profile_seconds:
+            out["profile"] = _profiled_step(server, min(PROFILE_STREAMS, max(sizes)),
+                                            profile_seconds)
+        return out
+    except Exception as exc:
+        return {"figure": "live", "system": system, "failed": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if server is not None:
+            server.stop()
+        fake.stop()
+
+
+def transports(quick: bool) -> dict[str, Any]:
+    """``bench/transports.py`` in its own process (on uvloop, as the service runs)."""
+    argv = [sys.executable, str(Path(__file__).with_name("transports.py"))]
+    argv += ["--calls", "100", "--rounds", "1"] if quick else []
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return {"failed": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+def _profiled_step(server: Proc, n: int, seconds: float) -> dict[str, Any]:
+    """One more step of ``n`` streams with py-spy sampling the server meanwhile."""
+    result: dict[str, Any] = {}
+
+    async def go() -> dict[str, Any]:
+        task = asyncio.create_task(_live.step(server, n))
+        await asyncio.sleep(_live.RAMP_S + _live.SETTLE_S)
+        result.update(await asyncio.to_thread(_profile.record, server.popen.pid, seconds))
+        return await task
+
+    figures = asyncio.run(go())
+    return {"streams": n, "seconds": seconds, "server_us_per_frame":
+            figures["server_us_per_frame"]} | result
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=200)
-    p.add_argument("--concurrency", default="20,50", help="comma-separated list")
+    p.add_argument("--concurrency", default="50", help="comma-separated list")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per cell")
     p.add_argument("--systems", default=",".join(_systems.SYSTEMS))
     p.add_argument("--skip-peer", action="store_true", help="leave LangGraph out")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run: 40 runs at C=20, 20 steers, 200 open runs")
+    p.add_argument("--quick", action="store_true", help="smaller runs: a few minutes in all")
     p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--peer-jobs", type=int, default=_systems.PEER_JOBS_PER_WORKER,
-                   help="langgraph dev --n-jobs-per-worker")
+    p.add_argument("--peer-jobs", type=int, default=0,
+                   help="langgraph dev --n-jobs-per-worker (default: C on the production path, "
+                   f"{_systems.PEER_JOBS_PER_WORKER} on the micro-benchmark)")
     p.add_argument("--steer-runs", type=int, default=50)
     p.add_argument("--open-runs", type=int, default=1000)
-    p.add_argument("--skip-steer", action="store_true")
-    p.add_argument("--skip-open", action="store_true")
+    p.add_argument("--live-sizes", default=",".join(map(str, LIVE_SIZES)))
+    p.add_argument("--profile-seconds", type=float, default=5.0)
+    for skip in ("micro", "transports", "live", "steer", "open"):
+        p.add_argument(f"--skip-{skip}", action="store_true")
     p.add_argument("--results", type=Path, default=_report.RESULTS,
                    help="where the Markdown report goes ('-' for nowhere)")
+    p.add_argument("--render", action="store_true",
+                   help=f"only write the report again from the last run's {RAW.name} "
+                   "(e.g. after editing bench/NOTES.md)")
     args = p.parse_args(argv)
+    if args.quick or os.environ.get("BENCH_QUICK") == "1":
+        args.quick = True
+        args.runs, args.repeat, args.warmup = 100, 1, 10
+        args.steer_runs, args.open_runs = 20, 200
+        args.live_sizes = "200,400,600"
     args.systems = [s for s in args.systems.split(",") if s]
     for s in args.systems:
         if s not in _systems.SYSTEMS:
@@ -82,36 +200,35 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.skip_peer:
         args.systems = [s for s in args.systems if s != "langgraph"]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
-    if args.quick:
-        args.runs, args.concurrency, args.warmup = 40, [20], 10
-        args.steer_runs, args.open_runs = 20, 200
+    args.live_sizes = [int(n) for n in args.live_sizes.split(",") if n]
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.render:
+        saved = json.loads(RAW.read_text())
+        _report.write(args.results, saved["rows"], saved["extras"], saved["argv"],
+                      quick=saved["quick"])
+        _say(f"wrote {args.results} from {RAW}")
+        return 0
     _raise_nofile()
     if "langgraph" in args.systems:
         _say("installing the peer into bench/.peer/venv (once)")
         _systems.ensure_peer()
-    rows: list[dict[str, Any]] = []
+    rows = production(args)
+    if not args.skip_micro:
+        rows += micro(args)
     extras: dict[str, Any] = {}
-    fake = start_fake()
-    try:
-        for concurrency in args.concurrency:
-            for system in args.systems:
-                _say(f"{system}: {args.runs} runs at C={concurrency}")
-                try:
-                    cell = measure_cell(system, fake, args.runs, concurrency, args.warmup,
-                                        args.peer_jobs)
-                except Exception as exc:
-                    cell = {"system": system, "concurrency": concurrency,
-                            "failed": f"{type(exc).__name__}: {exc}"[:2000]}
-                print(json.dumps(cell), flush=True)
-                rows.append(cell)
-    finally:
-        fake.stop()
+    if not args.skip_transports:
+        _say("https transports: client CPU per streamed call")
+        extras["transports"] = transports(args.quick)
+        print(json.dumps(extras["transports"]), flush=True)
     for system in (s for s in args.systems if s in _systems.AGENTLOOP_SYSTEMS):
+        if not args.skip_live:
+            _say(f"{system}: live streams per core")
+            extras[f"live/{system}"] = live(system, args.live_sizes, args.profile_seconds)
+            print(json.dumps(extras[f"live/{system}"]), flush=True)
         if not args.skip_steer:
             _say(f"{system}: steer→injected over {args.steer_runs} runs")
             extras[f"steer/{system}"] = _agentloop_only.steer(system, args.steer_runs)
@@ -120,8 +237,12 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"{system}: {args.open_runs} concurrent open runs")
             extras[f"open/{system}"] = _open_runs.open_runs(system, args.open_runs)
             print(json.dumps(extras[f"open/{system}"]), flush=True)
+    given = sys.argv[1:] if argv is None else argv
+    OUT.mkdir(parents=True, exist_ok=True)
+    RAW.write_text(json.dumps({"rows": rows, "extras": extras, "argv": given,
+                               "quick": args.quick}))
     if str(args.results) != "-":
-        _report.write(args.results, rows, extras, sys.argv[1:] if argv is None else argv)
+        _report.write(args.results, rows, extras, given, quick=args.quick)
         _say(f"wrote {args.results}")
     for line in _report.verdicts(rows, extras):
         _say(line)

@@ -19,6 +19,7 @@ import httpx
 import orjson
 
 from providers._eventstream import EventStreamCorrupt, EventStreamTruncated, iter_frames
+from providers._http import body_chunks
 from providers.events import (
     DoneEvent,
     ErrorEvent,
@@ -61,7 +62,7 @@ class BedrockDecoder:
     async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The events of one streamed reply."""
         try:
-            async for frame in iter_frames(response.aiter_bytes()):
+            async for frame in iter_frames(body_chunks(response)):
                 for event in self.on_frame(frame.headers, frame.payload):
                     yield event
         except EventStreamCorrupt as exc:

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import orjson
 
+from providers._http import body_chunks
 from providers._sse import iter_sse
 from providers.events import (
     DoneEvent,
@@ -66,7 +67,7 @@ class GeminiDecoder:
 
     async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The events of one streamed reply."""
-        async for sse in iter_sse(response.aiter_bytes()):
+        async for sse in iter_sse(body_chunks(response)):
             if sse.data:
                 for event in self.on_chunk(orjson.loads(sse.data)):
                     yield event

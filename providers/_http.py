@@ -6,6 +6,12 @@ exponential backoff and full jitter, honouring ``Retry-After``; any other status
 ``ProviderHTTPError`` carrying the provider's own message. Adapters turn that into an ``error``
 event: nothing here raises past the adapter.
 
+``finish_response`` closes a response whose reply the protocol already ended (``[DONE]``,
+``message_stop``): it first reads what is left of the HTTP message (a few bytes: the last chunk),
+bounded in time and size, so the connection goes back to the pool instead of being closed. On
+HTTP/1.1 a response closed before its body ended cannot be reused; without this every model call
+on httpx's default transport opened a new connection (and TLS handshake).
+
 Exceptions::
 
     ProviderHTTPError        a non-2xx answer after retries (status, message, retryable)
@@ -18,6 +24,7 @@ import email.utils
 import logging
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +105,76 @@ def backoff_delay(policy: RetryPolicy, attempt: int, retry_after: float | None) 
     return random.uniform(0, min(policy.max_delay, policy.base_delay * 2 ** (attempt - 1)))
 
 
+DRAIN_SECONDS = 0.25
+"""How long ``finish_response`` waits for the rest of a finished reply's HTTP message."""
+DRAIN_BYTES = 64 * 1024
+"""How much of it ``finish_response`` reads before giving up on the connection."""
+
+
+class _OneIterator(httpx.AsyncByteStream):
+    """A response body read through one iterator however often it is iterated, so that what a
+    decoder left unread (its generators suspended, finalized later) can still be read to the end
+    by ``finish_response``; closing it closes the transport's stream."""
+
+    __slots__ = ("_inner", "_it")
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+        self._it: AsyncIterator[bytes] | None = None
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The one iterator over the transport's stream."""
+        if self._it is None:
+            self._it = aiter(self._inner)
+        return self._it
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.chunks():
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive. Unless the body is content-encoded, these are the
+    transport's chunks themselves, read through the one iterator ``open_stream`` installed:
+    ``aiter_bytes`` adds three generator layers (a decoder and a chunker that do nothing here)
+    to every frame of a stream."""
+    stream = response.stream
+    if isinstance(stream, _OneIterator) and "content-encoding" not in response.headers:
+        return stream.chunks()
+    return response.aiter_bytes()
+
+
+async def finish_response(response: httpx.Response) -> None:
+    """Read the rest of ``response``'s body (bounded by ``DRAIN_SECONDS`` and ``DRAIN_BYTES``),
+    then close it: the connection is reused when the body ended. Never raises; only closes
+    when the calling task is being cancelled."""
+    task = asyncio.current_task()
+    stream = response.stream
+    if isinstance(stream, _OneIterator) and not response.is_closed and not (
+            task is not None and task.cancelling()):
+        try:
+            await _drain(stream)
+        finally:
+            await response.aclose()
+    else:
+        await response.aclose()
+
+
+async def _drain(stream: _OneIterator) -> None:
+    left = DRAIN_BYTES
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for chunk in stream.chunks():
+                left -= len(chunk)
+                if left < 0:
+                    return
+    except Exception:  # best effort: the connection is closed instead of reused
+        pass
+
+
 async def open_stream(client: httpx.AsyncClient, request: httpx.Request,
                       policy: RetryPolicy) -> httpx.Response:
     """Send ``request`` with ``stream=True``; retry what may be retried; return a 2xx response.
@@ -120,6 +197,8 @@ async def open_stream(client: httpx.AsyncClient, request: httpx.Request,
             await asyncio.sleep(delay)
             continue
         if response.status_code < 300:
+            if isinstance(response.stream, httpx.AsyncByteStream):
+                response.stream = _OneIterator(response.stream)
             return response
         body = await response.aread()
         await response.aclose()

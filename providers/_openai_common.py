@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
-from providers._http import RetryPolicy
+from providers._http import RetryPolicy, body_chunks
 from providers._sse import SSEEvent, iter_sse
 from providers._stream_guard import guarded_stream
 from providers.events import ProviderEvent, StartEvent
@@ -79,7 +79,7 @@ class SSEParserDecoder:
     async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The parser's events; ``guarded_stream`` stops reading at the terminal one."""
         feed = self._parser.feed
-        async for sse in iter_sse(response.aiter_bytes()):
+        async for sse in iter_sse(body_chunks(response)):
             for event in feed(sse):
                 yield event
         for event in self._parser.end():

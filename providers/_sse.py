@@ -6,12 +6,8 @@ what it has not yet seen a line end for and yields whole events only.
 
 from __future__ import annotations
 
-import codecs
-import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-
-_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(slots=True)
@@ -24,48 +20,59 @@ class SSEEvent:
 
 
 class SSEDecoder:
-    """Feed bytes, get events. ``flush`` dispatches a final event not followed by a blank line."""
+    """Feed bytes, get events. ``flush`` dispatches a final event not followed by a blank line.
 
-    __slots__ = ("_buf", "_data", "_decoder", "_event", "_id")
+    Works on bytes: lines are cut at ``\\n``, ``\\r\\n`` or ``\\r`` (a ``\\r`` at the end of
+    a chunk waits for the next one), and each complete line is decoded on its own, which equals
+    decoding the whole stream (a line end never falls inside a UTF-8 character). ``data:`` and
+    blank lines, nearly every line of a model stream, are handled inline; the rest go through
+    ``_line``.
+    """
+
+    __slots__ = ("_buf", "_data", "_event", "_id")
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buf = ""
+        self._buf = b""
         self._event = ""
         self._data: list[str] = []
         self._id: str | None = None
 
     def feed(self, chunk: bytes) -> Iterator[SSEEvent]:
-        """Decode ``chunk`` and yield every event it completes."""
-        self._buf += self._decoder.decode(chunk)
-        yield from self._lines(final=False)
+        """Yield every event that ``chunk`` completes."""
+        buf = self._buf + chunk if self._buf else chunk
+        keep = b""
+        if b"\r" in buf:
+            if buf.endswith(b"\r"):  # maybe the first half of "\r\n": wait for more
+                buf, keep = buf[:-1], b"\r"
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        self._buf = lines.pop() + keep
+        yield from self._lines(lines)
 
     def flush(self) -> Iterator[SSEEvent]:
         """End of stream: yield what is left."""
-        self._buf += self._decoder.decode(b"", final=True)
-        yield from self._lines(final=True)
+        rest, self._buf = self._buf, b""
+        if rest:
+            yield from self._lines(rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                                   .rstrip(b"\n").split(b"\n"))
         if self._data:
             yield self._dispatch()
 
-    def _lines(self, *, final: bool) -> Iterator[SSEEvent]:
-        buf = self._buf
-        start = 0
-        for match in _LINE_END.finditer(buf):
-            # a "\r" at the very end may be the first half of "\r\n": wait for more
-            if match.group() == "\r" and match.end() == len(buf) and not final:
-                break
-            event = self._line(buf[start:match.start()])
-            start = match.end()
-            if event is not None:
-                yield event
-        rest = buf[start:]
-        self._buf = ""
-        if final and rest:
-            event = self._line(rest)
-            if event is not None:
-                yield event
-        else:
-            self._buf = rest
+    def _lines(self, lines: list[bytes]) -> Iterator[SSEEvent]:
+        data = self._data
+        for line in lines:
+            if line[:5] == b"data:":
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data.append(value.decode("utf-8", "replace"))
+            elif not line:
+                if data or self._event:
+                    yield self._dispatch()
+                    data = self._data
+            else:
+                event = self._line(line.decode("utf-8", "replace"))
+                if event is not None:
+                    yield event
+                    data = self._data
 
     def _line(self, line: str) -> SSEEvent | None:
         if not line:

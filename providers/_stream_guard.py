@@ -7,7 +7,9 @@ response into provider events. ``guarded_stream`` adds what the ``Provider`` con
   ``done`` or ``error``, nothing after it;
 - a failed request (after ``open_stream``'s retries), a stream broken midway or a stream that ends
   without its terminal event becomes an ``error`` event — broken streams are ``retryable``;
-- the response is closed on every path, including the consumer's ``aclose()`` or cancellation.
+- the response is closed on every path, including the consumer's ``aclose()`` or cancellation;
+  after a terminal event its last bytes are read first (``finish_response``), so the
+  connection is reused.
 
 Nothing here logs headers or bodies: keys and ``Authorization`` never reach a log line.
 """
@@ -22,7 +24,7 @@ from typing import Protocol
 
 import httpx
 
-from providers._http import ProviderHTTPError, RetryPolicy, open_stream
+from providers._http import ProviderHTTPError, RetryPolicy, finish_response, open_stream
 from providers.events import DoneEvent, ErrorEvent, ProviderEvent, StartEvent
 from providers.messages import Usage
 
@@ -68,7 +70,7 @@ async def guarded_stream(*, label: str, model: str, client: httpx.AsyncClient,
         yield StartEvent(model=model)
         yield ErrorEvent("error", f"{label}: could not send the request: {exc}")
         return
-    started = False
+    started = ended = False
     try:
         async with aclosing(decoder.events(response)) as events:
             async for event in events:
@@ -78,9 +80,11 @@ async def guarded_stream(*, label: str, model: str, client: httpx.AsyncClient,
                 elif not started:
                     yield StartEvent(model=model)
                 started = True
-                yield event
                 if isinstance(event, _TERMINAL):
+                    ended = True  # before the yield: the consumer may stop at this event
+                    yield event
                     return
+                yield event
         tail = _broken(label, "the stream ended before the reply was complete", decoder)
     except httpx.HTTPError as exc:
         log.warning("%s stream broke midway: %s", label, type(exc).__name__)
@@ -90,7 +94,7 @@ async def guarded_stream(*, label: str, model: str, client: httpx.AsyncClient,
         tail = ErrorEvent("error", f"{label}: unreadable stream: {exc}",
                           usage=replace(decoder.usage))
     finally:
-        await response.aclose()
+        await (finish_response(response) if ended else response.aclose())
     if not started:
         yield StartEvent(model=model)
     yield tail

@@ -17,6 +17,7 @@ any byte of the answer arrived is retried once on a fresh connection.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator
@@ -43,6 +44,8 @@ class _Conn(asyncio.Protocol):
         self.received = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.deadline = 0.0
+        self.timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,27 +98,41 @@ class _Conn(asyncio.Protocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.transport is not None:
             self.transport.close()
             self.transport = None
 
     async def wait(self, timeout: float | None) -> None:  # noqa: ASYNC109 (a timer, not a scope)
-        """Until more arrives (or the connection fails); ``ReadTimeout`` after ``timeout``."""
+        """Until more arrives (or the connection fails); ``ReadTimeout`` after ``timeout``.
+
+        One timer per connection, re-armed lazily (``_check_deadline``), instead of one per
+        wait: a streamed reply waits once per frame."""
         if self.error is not None:
             raise self.error
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._timed_out) if timeout else None
+        self.deadline = loop.time() + timeout if timeout else math.inf
+        if self.timer is None and timeout:
+            self.timer = loop.call_at(self.deadline, self._check_deadline)
         try:
             await self.waiter
         finally:
             self.waiter = None
-            if timer is not None:
-                timer.cancel()
         if self.error is not None:
             raise self.error
 
-    def _timed_out(self) -> None:
+    def _check_deadline(self) -> None:
+        self.timer = None
+        if self.waiter is None:
+            return  # not waiting: the next wait arms a timer again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.deadline:
+            if self.deadline < math.inf:
+                self.timer = loop.call_at(self.deadline, self._check_deadline)
+            return
         self._fail(httpx.ReadTimeout("timed out waiting for the server"))
         self._wake()
         self.close()

@@ -130,10 +130,10 @@ class Notifier:
                 await pubsub.subscribe(NOTIFY_CHANNEL)
                 self._ready.set()
                 await self._after_reconnect()
-                while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._dispatch(message)
+                # listen() blocks in one read per message; get_message(timeout=...) cost
+                # ~15 µs more per note (a timeout scope each), one note per written batch
+                async for message in pubsub.listen():
+                    self._dispatch(message)
             except (RedisError, OSError) as exc:
                 log.warning("notify listener lost Redis (%s); reconnecting", exc)
                 await asyncio.sleep(0.2)

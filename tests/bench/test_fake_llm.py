@@ -85,3 +85,44 @@ def test_non_stream_and_models(base_url: str) -> None:
                                                                                       "b": 3}
     models = httpx.get(f"{base_url}/models").json()
     assert models["data"][0]["id"] == "fake-model"
+
+
+def test_https_paced_frames_carry_their_write_time(tmp_path: Path) -> None:
+    """The production-path fake: TLS from a throw-away CA, one frame per ``delay``, each text
+    delta past the first words stamped with ``time.monotonic()``; connections counted."""
+    import time
+
+    from bench._tls import client_context, make_tls
+
+    tls = make_tls(tmp_path)
+    proc = subprocess.Popen([sys.executable, str(FAKE), "--port", "0", "--delay-ms", "10",
+                             "--tls-cert", str(tls.cert), "--tls-key", str(tls.key)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().split()[1])
+        body = {"model": "fake-model", "stream": True,
+                "messages": [{"role": "user", "content": "stream deltas=20"}]}
+        arrivals: list[tuple[float, str]] = []
+        with httpx.Client(verify=client_context(tls)) as client:
+            url = f"https://127.0.0.1:{port}"
+            t0 = time.monotonic()
+            with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+                for line in resp.iter_lines():
+                    if line.startswith("data: {"):
+                        delta = json.loads(line[6:])["choices"][0]["delta"]
+                        arrivals.append((time.monotonic(), delta.get("content") or ""))
+            stats = client.get(f"{url}/stats").json()
+        texts = [t for _, t in arrivals if t]
+        assert len(texts) == 20 and "".join(texts[:8]) == "The sum of 2 and 3 is 5."
+        stamped = [(at, int(t.split("@")[1]) / 1e6) for at, t in arrivals if "@" in t]
+        assert len(stamped) == 12
+        assert all(0 <= at - sent < 5 for at, sent in stamped)  # written before it arrived
+        sent = [s for _, s in stamped]
+        assert sent == sorted(sent) and sent[-1] - t0 >= 19 * 0.010 - 0.003  # paced, never early
+        assert stats["connections"] == 1 and stats["requests"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()

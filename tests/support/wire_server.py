@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -33,6 +34,9 @@ class Reply:
     """False: send ``content-length`` and the body whole."""
     close: bool = False
     """Close the connection after this reply (the server does not keep it alive)."""
+    end_delay: float = 0.0
+    """Seconds to wait after the last chunk before ending the chunked body (``0\r\n\r\n``):
+    a reader that stops at its protocol's end marker has not seen the HTTP message end."""
 
 
 @dataclass
@@ -49,7 +53,10 @@ class Recorded:
 
 
 class WireServer:
-    def __init__(self) -> None:
+    """``tls``: serve ``https://`` with this server context (``bench._tls`` makes one)."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.replies: list[Reply] = []
         self.requests: list[Recorded] = []
         self._server: asyncio.base_events.Server | None = None
@@ -58,10 +65,10 @@ class WireServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> WireServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -122,6 +129,8 @@ class WireServer:
         if reply.drop_after is not None and reply.drop_after <= len(reply.chunks):
             writer.transport.abort()
             return False
+        if reply.end_delay:
+            await asyncio.sleep(reply.end_delay)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
