@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from app import metrics
 from app.auth import Authenticator
 from app.backends.base import Backend, BackendError
 from app.config import Settings, provider_env
@@ -164,6 +165,7 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                        default_model=settings.default_model or default_model(env), env=env,
                        client=client)
         sandbox = load_tools(settings)
+        metrics.configure_labels(registry=svc.registry, providers=psettings.profiles)
         await _start_store(store)
         stop = asyncio.Event()
         try:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from app import metrics
 from app.backends.base import BackendError
 from app.backends.memory import MemoryBackend
+from providers import fake
 from tests.api.conftest import Api, serve
+from tool_registry import default_registry
 
 
 class DownBackend(MemoryBackend):
@@ -44,3 +47,29 @@ async def test_tools_lists_the_menu(api_no_worker: Api) -> None:
     assert set(entry) == {"name", "description", "parameters", "toolsets", "deferred"}
     assert entry["parameters"]["type"] == "object"
     assert "readonly" in entry["toolsets"]
+
+
+async def test_hallucinated_tool_names_fold_into_one_metrics_label() -> None:
+    async with serve() as api:
+        names = [f"made_up_tool_{i}" for i in range(25)]
+        api.fake.script = [fake.tool_calls(*((n, {}) for n in names)),
+                           fake.tool_calls(("read_file", {"path": "nope.txt"})),
+                           fake.text("done")]
+        run = await api.create(input="hi", model="fake:anything")
+        await api.wait_status(run["id"], "completed")
+        text = (await api.client.get("/metrics")).text
+    assert "made_up_tool" not in text
+    tools = {line.split('tool="')[1].split('"')[0] for line in text.splitlines()
+             if line.startswith("agentloop_tool_latency_seconds_count")}
+    assert "unknown" in tools and "read_file" in tools
+    assert tools <= {"unknown", *default_registry.tools}
+
+
+def test_every_label_value_is_bounded() -> None:
+    assert metrics.provider_label("fake") == "other"
+    assert metrics.provider_label("anthropic") == "anthropic"
+    assert metrics.tool_label("read_file") == "read_file"
+    assert metrics.tool_label("x" * 100) == "unknown"
+    metrics.record_run_end("weird", "also-weird")
+    text = metrics.metrics_response().body.decode()
+    assert 'agentloop_runs_ended_total{status="other",stop_reason="other"}' in text
