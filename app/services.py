@@ -66,8 +66,8 @@ def make_store(settings: Settings) -> Backend:
                         run_ttl=settings.run_ttl, client_name=settings.worker_name)
 
 
-def load_tools(settings: Settings) -> str:
-    """Register built-in and operator tools, configure the built-ins; returns the sandbox mode."""
+def load_tools(settings: Settings) -> None:
+    """Register built-in and operator tools and configure the built-ins."""
     import tool_registry.builtin as builtin
     from tool_registry.builtin.settings import BuiltinSettings
 
@@ -79,7 +79,21 @@ def load_tools(settings: Settings) -> str:
         shared_workspace=settings.workspace, unsafe_code_tools=settings.unsafe_code_tools,
         code_timeout_max=settings.code_timeout_max,
         fetch_allow_private=settings.fetch_allow_private, **extra))
-    return str(builtin.sandbox_mode())
+
+
+async def probe_sandbox() -> str:
+    """Run one real sandboxed program on this loop (``builtin.probe``); log what it saw and
+    return the mode now in force."""
+    from tool_registry.builtin import sandbox
+    from tool_registry.builtin.probe import probe_code_tools
+
+    probe = await probe_code_tools()
+    outcome = "ok" if probe.ok else "FAILED"
+    level = logging.INFO if probe.ok or probe.mode == "disabled" else logging.ERROR
+    log.log(level, "sandbox probe %s (mode %s, %.2f s): %s%s", outcome, probe.mode,
+            probe.seconds, probe.detail,
+            "" if probe.ok else "; run_python/run_shell are off every menu")
+    return str(sandbox.sandbox_mode())
 
 
 def worker_name() -> str:
@@ -164,7 +178,8 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                        resolve_provider=resolve_provider or catalog.resolve,
                        default_model=settings.default_model or default_model(env), env=env,
                        client=client)
-        sandbox = load_tools(settings)
+        load_tools(settings)
+        sandbox = await probe_sandbox()
         metrics.configure_labels(registry=svc.registry, providers=psettings.profiles)
         await _start_store(store)
         stop = asyncio.Event()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
+import pytest
+
 from app import metrics
 from app.backends.base import BackendError
 from app.backends.memory import MemoryBackend
 from providers import fake
 from tests.api.conftest import Api, serve
 from tool_registry import default_registry
+from tool_registry.builtin import _proc, probe
 
 
 class DownBackend(MemoryBackend):
@@ -73,3 +79,41 @@ def test_every_label_value_is_bounded() -> None:
     metrics.record_run_end("weird", "also-weird")
     text = metrics.metrics_response().body.decode()
     assert 'agentloop_runs_ended_total{status="other",stop_reason="other"}' in text
+
+
+@pytest.fixture
+def fresh_probe() -> Iterator[None]:
+    probe.forget()
+    yield
+    probe.forget()
+
+
+async def test_readyz_reports_the_start_up_probe_of_a_real_sandboxed_program(
+        fresh_probe: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with serve(worker=False, unsafe_code_tools=True) as api:
+        ready = (await api.client.get("/readyz")).json()
+        menu = {t["name"] for t in (await api.client.get("/tools")).json()}
+    assert ready["sandbox"] in ("bubblewrap", "unsafe")
+    assert ready["sandbox_probe"]["ok"] is True, ready
+    assert ready["sandbox_probe"]["mode"] == ready["sandbox"]
+    assert {"run_python", "run_shell"} <= menu
+    assert any("sandbox probe ok" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_failing_spawn_path_turns_code_tools_off_and_readyz_says_why(
+        fresh_probe: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def uvloop_refuses(*args: object, **kwargs: object) -> None:
+        raise ValueError("unexpected kwargs: user, group, extra_groups")  # what main hit
+
+    monkeypatch.setattr(_proc.asyncio, "create_subprocess_exec", uvloop_refuses)
+    async with serve(worker=False, unsafe_code_tools=True) as api:
+        ready = (await api.client.get("/readyz")).json()
+        menu = {t["name"] for t in (await api.client.get("/tools")).json()}
+    assert ready["status"] == "ready" and ready["sandbox"] == "disabled", ready
+    assert ready["sandbox_probe"]["ok"] is False
+    assert "unexpected kwargs" in ready["sandbox_probe"]["detail"]
+    assert "run_python" not in menu and "run_shell" not in menu and "read_file" in menu
+    assert any("sandbox probe FAILED" in r.getMessage() and r.levelno == logging.ERROR
+               for r in caplog.records)

@@ -2,7 +2,8 @@
 
 Timeline of ``run_process``::
 
-    start (own session/process group, sandboxed by ``sandbox.prepare``)
+    start (own session/process group, sandboxed by ``sandbox.prepare``; a cancel during the
+           spawn still kills what was started)
     ├─ pump stdout/stderr in 64 KiB chunks into HeadTail buffers (+ throttled progress)
     ├─ wait for: exit | timeout | ctx.cancel set | task cancelled (CancelledError)
     └─ always: SIGKILL the process group (bwrap's death takes its PID namespace along),
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tool_registry.builtin._limits import HeadTail
-from tool_registry.builtin.sandbox import prepare
+from tool_registry.builtin.sandbox import Launch, prepare
 from tool_registry.builtin.settings import current
 from tool_registry.types import CancelSignal, Progress
 
@@ -139,6 +140,24 @@ async def _settle(proc: asyncio.subprocess.Process, helpers: list[asyncio.Task[N
         await asyncio.wait_for(proc.wait(), 5)
 
 
+async def _spawn(launch: Launch, ws: Path, stdin: bool) -> asyncio.subprocess.Process:
+    """Start the process. The program runs before ``create_subprocess_exec`` returns (the
+    loop still connects the pipes), so a cancel landing in between must not lose it: the spawn
+    is shielded, and on cancel it is awaited, its group killed, and the cancel re-raised."""
+    spawning = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE))
+    try:
+        return await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await spawning
+            kill_group(proc.pid)
+            await asyncio.wait_for(proc.wait(), 5)
+        raise
+
+
 async def run_process(command: list[str], ws: Path, *, time_limit: float, progress: Progress,
                       cancel: CancelSignal, stdin: bytes | None = None) -> Outcome:
     """Run ``command`` sandboxed in ``ws``; see the module timeline."""
@@ -146,10 +165,7 @@ async def run_process(command: list[str], ws: Path, *, time_limit: float, progre
     cap = current().output_cap_chars
     out, err = HeadTail(cap), HeadTail(cap)
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await _spawn(launch, ws, stdin is not None)
     helpers = [asyncio.create_task(_pump(proc.stdout, out, "stdout", progress)),
                asyncio.create_task(_pump(proc.stderr, err, "stderr", progress))]
     if stdin is not None:

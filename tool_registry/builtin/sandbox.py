@@ -8,7 +8,9 @@
   own PID namespace (killing bwrap kills everything in it) and no capabilities.
 - ``"unsafe"``: bwrap is unusable but ``settings.unsafe_code_tools`` is on: code runs bare in the
   workspace, still with the scrubbed environment, the limits and the uid drop below.
-- ``"disabled"``: neither; the code tools' ``check_fn`` keeps them off every menu.
+- ``"disabled"``: neither, or the start-up probe (``probe.probe_code_tools``: one real
+  program run the way the tools run it) failed; the code tools' ``check_fn`` keeps them off
+  every menu.
 
 In every mode code gets a scrubbed environment (``sandbox_env``: no provider keys, no
 ``AGENTLOOP_*``), its own session and process group, and ``prlimit`` limits (CPU, address
@@ -90,6 +92,33 @@ def drop_args(settings: BuiltinSettings) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
+@dataclass(slots=True, frozen=True)
+class ProbeResult:
+    """What the start-up probe saw (``/readyz`` shows it as ``sandbox_probe``)."""
+
+    ok: bool
+    """The program ran and printed what it was asked to."""
+    mode: SandboxMode
+    """The mode the probe ran in."""
+    detail: str
+    """What happened, in a sentence (the error when it failed)."""
+    seconds: float
+
+
+_probe: ProbeResult | None = None
+
+
+def record_probe(result: ProbeResult | None) -> None:
+    """Remember the probe's result (None: forget it, as if none had run)."""
+    global _probe
+    _probe = result
+
+
+def probe_result() -> ProbeResult | None:
+    """The last probe's result, if a probe ran in this process."""
+    return _probe
+
+
 @dataclass(slots=True)
 class Launch:
     """How to start one code process: argv and environment."""
@@ -141,6 +170,8 @@ def reset_probe() -> None:
 
 def sandbox_mode() -> SandboxMode:
     """How code tools would run right now."""
+    if _probe is not None and not _probe.ok:
+        return "disabled"
     if bwrap_usable():
         return "bubblewrap"
     can_drop = os.geteuid() != 0 or shutil.which("setpriv")
