@@ -46,6 +46,7 @@ class Services:
     registry: Registry = field(default_factory=lambda: default_registry)
     client: httpx.AsyncClient | None = None
     worker: asyncio.Task[None] | None = None
+    janitor: asyncio.Task[None] | None = None
 
 
 def provider_settings(settings: Settings) -> ProviderSettings:
@@ -77,6 +78,7 @@ def load_tools(settings: Settings) -> None:
         extra["workspace_root"] = Path(settings.workspace_root)
     builtin.configure(BuiltinSettings(
         shared_workspace=settings.workspace, unsafe_code_tools=settings.unsafe_code_tools,
+        workspace_max_bytes=settings.workspace_max_bytes,
         code_timeout_max=settings.code_timeout_max,
         fetch_allow_private=settings.fetch_allow_private, **extra))
 
@@ -119,6 +121,20 @@ async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None
     task = asyncio.create_task(coro, name="agentloop-worker")
     task.add_done_callback(_worker_ended)
     return task
+
+
+def _start_janitor(svc: Services) -> asyncio.Task[None] | None:
+    """The workspace sweeper (``app.janitor``) of a process that runs tools."""
+    from app.janitor import run_janitor
+    from tool_registry.builtin.settings import current
+
+    every = svc.settings.workspace_sweep_seconds
+    if not every:
+        return None
+    tools = current()
+    return asyncio.create_task(run_janitor(svc.backend, tools.workspace_root, every=every,
+                                           keep=tools.shared_workspace),
+                               name="agentloop-janitor")
 
 
 def _worker_ended(task: asyncio.Task[None]) -> None:
@@ -186,10 +202,14 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
         try:
             if worker:
                 svc.worker = await _start_worker(svc, stop)
+                svc.janitor = _start_janitor(svc)
             _log_startup(svc, sandbox, worker)
             yield svc
         finally:
             stop.set()
+            if svc.janitor is not None:
+                svc.janitor.cancel()
+                await asyncio.gather(svc.janitor, return_exceptions=True)
             if svc.worker is not None:
                 await _stop_worker(svc.worker, svc.settings.lease_seconds)
             await store.close()

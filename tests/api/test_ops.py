@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from app import metrics
+from app import janitor, metrics
+from app.backends import make_backend
 from app.backends.base import BackendError
 from app.backends.memory import MemoryBackend
+from app.janitor import sweep
 from providers import fake
 from tests.api.conftest import Api, serve
+from tests.engine.harness import new_record
 from tool_registry import default_registry
 from tool_registry.builtin import _proc, probe
 
@@ -117,3 +124,41 @@ async def test_a_failing_spawn_path_turns_code_tools_off_and_readyz_says_why(
     assert "run_python" not in menu and "run_shell" not in menu and "read_file" in menu
     assert any("sandbox probe FAILED" in r.getMessage() and r.levelno == logging.ERROR
                for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_workspace_goes_when_its_run_expires(kind: str, request: pytest.FixtureRequest,
+                                                     tmp_path: Path) -> None:
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    backend = make_backend(url, lease=5.0, run_ttl=1)
+    await backend.start()
+    try:
+        rec, _ = await backend.create_run(new_record())
+        claims = await backend.claim_many("w1", 1.0, 1)
+        root, shared = tmp_path / "workspaces", tmp_path / "workspaces" / "shared"
+        for name in (rec.id, "orphan", "fresh-orphan", "shared"):
+            (root / name).mkdir(parents=True)
+            (root / name / "file.txt").write_text("x")
+        for name in (rec.id, "orphan", "shared"):
+            os.utime(root / name, (time.time() - 7200, time.time() - 7200))
+        assert await sweep(backend, root, keep=shared) == ["orphan"]  # the run is stored
+        await backend.finish(rec.id, claims[0].attempt)  # its TTL (1 s) starts
+        async with asyncio.timeout(15):
+            while await backend.get_run(rec.id) is not None:
+                await asyncio.sleep(0.1)
+        assert await sweep(backend, root, keep=shared) == [rec.id]
+    finally:
+        await backend.close()
+    assert sorted(os.listdir(root)) == ["fresh-orphan", "shared"]
+
+
+async def test_the_worker_sweeps_workspaces_periodically(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(janitor, "GRACE_SECONDS", 1.0)
+    root = tmp_path / "workspaces"
+    (root / "left-behind").mkdir(parents=True)
+    os.utime(root / "left-behind", (time.time() - 60, time.time() - 60))
+    async with serve(workspace_root=root, workspace_sweep_seconds=0.2):
+        async with asyncio.timeout(15):
+            while await asyncio.to_thread(os.path.exists, root / "left-behind"):
+                await asyncio.sleep(0.1)

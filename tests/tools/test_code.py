@@ -16,19 +16,6 @@ from tool_registry import ToolContext, build_menu
 from tool_registry.builtin import _proc, sandbox
 from tool_registry.builtin.code import run_python, run_shell
 
-MODES = ["bubblewrap", "unsafe"]
-
-
-@pytest.fixture(params=MODES)
-def mode(request, monkeypatch, configure):
-    """Each test runs in both modes (bubblewrap skipped where unusable)."""
-    if request.param == "bubblewrap" and sandbox.sandbox_mode() != "bubblewrap":
-        pytest.skip("bubblewrap is not usable here (apt-get install -y bubblewrap)")
-    if request.param == "unsafe":
-        monkeypatch.setattr(sandbox, "bwrap_usable", lambda: False)
-    assert sandbox.sandbox_mode() == request.param
-    return request.param
-
 
 def alive(marker: str) -> list[int]:
     """PIDs whose command line contains ``marker``."""

@@ -54,7 +54,8 @@ def sandbox_env(ws: Path) -> dict[str, str]:
 
 
 def bwrap_args(ws: Path) -> list[str]:
-    """The bubblewrap command line (up to the ``--``) for a workspace."""
+    """The bubblewrap command line (up to the ``--``) for a workspace. The private ``/tmp`` is
+    a tmpfs of ``settings.tmp_size_mb``: without a size it could fill the host's memory."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -66,19 +67,23 @@ def bwrap_args(ws: Path) -> list[str]:
     etc = [f"/etc/{n}" for n in _ETC] + sorted(glob.glob("/etc/python3*"))
     for path in etc:
         args += ["--ro-bind-try", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    tmp_bytes = current().tmp_size_mb * MiB
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
              "--bind", str(ws), str(ws), "--chdir", str(ws)]
     return args
 
 
-def limit_args(settings: BuiltinSettings) -> list[str]:
-    """The ``prlimit`` prefix applying the resource limits (inherited by bwrap and the code)."""
+def limit_args(settings: BuiltinSettings, room: int | None = None) -> list[str]:
+    """The ``prlimit`` prefix applying the resource limits (inherited by bwrap and the code);
+    ``room``: bytes left in the workspace, which no file written may exceed."""
     nproc = settings.max_processes
     if os.geteuid() != 0:
         nproc += len(os.listdir("/proc/self/task"))
+    fsize = settings.file_size_mb * MiB if room is None else min(settings.file_size_mb * MiB,
+                                                                   room)
     return ["prlimit", f"--cpu={settings.cpu_seconds}",
             f"--as={settings.address_space_mb * MiB}",
-            f"--fsize={settings.file_size_mb * MiB}", f"--nproc={nproc}", "--"]
+            f"--fsize={fsize}", f"--nproc={nproc}", "--"]
 
 
 def drop_args(settings: BuiltinSettings) -> list[str]:
@@ -128,15 +133,16 @@ class Launch:
     mode: SandboxMode = "bubblewrap"
 
 
-def prepare(command: list[str], ws: Path) -> Launch:
-    """Wrap ``command`` for the current mode; ``RuntimeError`` when code tools are disabled."""
+def prepare(command: list[str], ws: Path, room: int | None = None) -> Launch:
+    """Wrap ``command`` for the current mode; ``RuntimeError`` when code tools are disabled.
+    ``room``: bytes left under the workspace cap (None: no cap)."""
     settings = current()
     mode = sandbox_mode()
     if mode == "disabled":
         raise RuntimeError("code execution is disabled on this server: bubblewrap is not "
                            "usable and unsafe code tools are not enabled")
     wrapper = [*bwrap_args(ws), "--"] if mode == "bubblewrap" else []
-    return Launch(argv=limit_args(settings) + drop_args(settings) + wrapper + command,
+    return Launch(argv=limit_args(settings, room) + drop_args(settings) + wrapper + command,
                   env=sandbox_env(ws), mode=mode)
 
 
