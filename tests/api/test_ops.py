@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from app import janitor, metrics
@@ -16,9 +19,12 @@ from app.backends import make_backend
 from app.backends.base import BackendError
 from app.backends.memory import MemoryBackend
 from app.janitor import sweep
+from app.logs import ContextFilter
 from providers import fake
 from tests.api.conftest import Api, serve
-from tests.engine.harness import new_record
+from tests.engine.harness import new_record, wait_end
+from tests.engine.processes import spawn_worker, stop_all, wait_consumer
+from tests.engine.test_crash import wait_tool_start
 from tool_registry import default_registry
 from tool_registry.builtin import _proc, probe
 
@@ -162,3 +168,58 @@ async def test_the_worker_sweeps_workspaces_periodically(tmp_path: Path,
         async with asyncio.timeout(15):
             while await asyncio.to_thread(os.path.exists, root / "left-behind"):
                 await asyncio.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+async def test_log_lines_of_a_resumed_run_carry_run_id_and_tenant(redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    """A real worker process (JSON logs, DEBUG) resumes a run whose first worker was killed:
+    every line it logs about the run names the run and its tenant."""
+    backend = make_backend(redis_url, lease=1.0)
+    await backend.start()
+    marks, log_file = tmp_path / "marks", tmp_path / "b.log"
+    a = spawn_worker(redis_url, "A", marks, nap=2)  # killed mid-nap; B naps 2 s again
+    b = None
+    try:
+        await wait_consumer(redis_url, "A", 30)
+        rec, _ = await backend.create_run(new_record())
+        await wait_tool_start(backend, rec.id, "nap")
+        a.send_signal(signal.SIGKILL)  # before B starts: B must be the one to finish it
+        b = spawn_worker(redis_url, "B", marks, nap=0.2, log=log_file, extra_env={
+            "AGENTLOOP_LOG_FORMAT": "json", "AGENTLOOP_LOG_LEVEL": "DEBUG"})
+        end = await wait_end(backend, rec.id, timeout=30)
+        b.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(b.wait, 15)
+    finally:
+        stop_all(a, *([b] if b else []))
+        await backend.close()
+    assert end.status == "completed"
+    logged = await asyncio.to_thread(log_file.read_bytes)
+    lines = [orjson.loads(line) for line in logged.splitlines() if line.startswith(b"{")]
+    about = [ln for ln in lines if rec.id in ln["message"] or ln.get("run_id")]
+    messages = [ln["message"] for ln in lines]
+    assert any("resuming attempt 2" in ln["message"] for ln in about), messages
+    for line in about:
+        assert line.get("run_id") == rec.id and line.get("tenant") == "t", line
+
+
+class GetRunDown(MemoryBackend):
+    async def get_run_and_events(self, run_id: str, after: int, limit: int) -> Any:
+        raise BackendError("connection refused")
+
+
+async def test_requests_about_a_run_log_with_its_run_id_and_tenant(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.handler.addFilter(ContextFilter())
+    caplog.set_level(logging.INFO)
+    async with serve(backend=GetRunDown(), api_key="k1", api_keys="k1:tenant1") as api:
+        run = await api.create(input="hi", tools=[])
+        resp = await api.client.get(f"/runs/{run['id']}/events")
+    assert resp.status_code == 503
+    about = [r for r in caplog.records  # the test's own client (httpx) logs too
+             if run["id"] in r.getMessage() and r.name != "httpx"]
+    assert "app.errors" in {r.name for r in about}, [
+        (r.name, r.getMessage()) for r in caplog.records]
+    for record in about:
+        assert (getattr(record, "run_id", None), getattr(record, "tenant", None)) == (
+            run["id"], "tenant1"), (record.name, record.getMessage())
