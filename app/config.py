@@ -10,6 +10,7 @@ instead of ``os.environ``.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,6 +84,9 @@ class Settings(BaseSettings):
     """JSON ``{"name": {"base_url", "api_key_env"?, "protocol"?}}`` of OpenAI-compatible servers."""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
+    health_file: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "agentloop-worker.health")
+    """The heartbeat file a worker touches and ``agentloop health --worker`` reads."""
 
     @field_validator("openai_profiles")
     @classmethod

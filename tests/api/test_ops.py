@@ -6,6 +6,8 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from app.logs import ContextFilter
 from providers import fake
 from tests.api.conftest import Api, serve
 from tests.engine.harness import new_record, wait_end
-from tests.engine.processes import spawn_worker, stop_all, wait_consumer
+from tests.engine.processes import ROOT, spawn_worker, stop_all, wait_consumer
 from tests.engine.test_crash import wait_tool_start
 from tool_registry import default_registry
 from tool_registry.builtin import _proc, probe
@@ -223,3 +225,34 @@ async def test_requests_about_a_run_log_with_its_run_id_and_tenant(
     for record in about:
         assert (getattr(record, "run_id", None), getattr(record, "tenant", None)) == (
             run["id"], "tenant1"), (record.name, record.getMessage())
+
+
+def _health(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", "health", *args], cwd=ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+async def test_agentloop_health_checks_the_api_and_a_worker(redis_url: str,
+                                                            tmp_path: Path) -> None:
+    beat_file = tmp_path / "worker.health"
+    env = {"AGENTLOOP_HEALTH_FILE": str(beat_file), "AGENTLOOP_HEARTBEAT_SECONDS": "0.5"}
+    missing = await asyncio.to_thread(_health, "--worker", env=env)
+    assert missing.returncode != 0 and "no heartbeat file" in missing.stderr
+    worker = spawn_worker(redis_url, "H", tmp_path / "marks", extra_env=env)
+    try:
+        async with asyncio.timeout(30):
+            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode != 0:
+                await asyncio.sleep(0.2)
+        worker.send_signal(signal.SIGSTOP)  # a hung worker stops beating: unhealthy soon
+        async with asyncio.timeout(30):
+            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode == 0:
+                await asyncio.sleep(0.5)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        stop_all(worker)
+    async with serve(worker=False) as api:
+        port = api.url.rsplit(":", 1)[1]
+        assert (await asyncio.to_thread(_health, "--port", port, env={})).returncode == 0
+    closed = await asyncio.to_thread(_health, "--port", port, env={})
+    assert closed.returncode != 0 and "unhealthy" in closed.stderr
