@@ -12,11 +12,12 @@ They live in ``prometheus_client``'s default registry (one per process). Names::
     agentloop_provider_first_byte_seconds{provider}  model call time to first event
     agentloop_tool_latency_seconds{tool, outcome}    tool execution duration (ok|error|aborted)
 
-Every label takes values from a fixed set, so no request or model output can grow the
+Every label takes values from a bounded set, so no request or model output can grow the
 number of series: ``tool`` is a registered tool's name or ``unknown`` (a hallucinated name),
-``provider`` a known provider or profile name or ``other``, ``status``/``stop_reason``/``kind``
-their documented values or ``other``. ``configure_labels`` names the registry and the extra
-provider profiles at start-up.
+``provider`` a known provider or profile name, or one of at most ``MAX_EXTRA_PROVIDERS`` others
+(custom provider factories), then ``other``; ``status``/``stop_reason``/``kind`` their
+documented values or ``other``. ``configure_labels`` names the registry and the extra provider
+profiles at start-up.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ OTHER = "other"
 """The label value every unexpected value folds into."""
 UNKNOWN_TOOL = "unknown"
 """The ``tool`` label of calls to names no registered tool has."""
+MAX_EXTRA_PROVIDERS = 20
+"""Provider label values admitted beyond the known ones (a custom factory's prefixes)."""
+_extra_providers: set[str] = set()
 _STATUSES = frozenset({"completed", "failed", "cancelled"})
 _STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "none"})
 _providers: frozenset[str] = frozenset({*BUILTIN, *builtin_profiles()})
@@ -54,8 +58,14 @@ def tool_label(name: str) -> str:
 
 
 def provider_label(name: str) -> str:
-    """``name`` if it is a known provider or profile, else ``other``."""
-    return name if name in _providers else OTHER
+    """``name`` if it is a known provider or profile (or one of the first few others), else
+    ``other``."""
+    if name in _providers or name in _extra_providers:
+        return name
+    if len(_extra_providers) < MAX_EXTRA_PROVIDERS:
+        _extra_providers.add(name)
+        return name
+    return OTHER
 
 
 def _one_of(value: str, allowed: Collection[str]) -> str:

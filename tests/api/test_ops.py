@@ -87,8 +87,9 @@ async def test_hallucinated_tool_names_fold_into_one_metrics_label() -> None:
 
 
 def test_every_label_value_is_bounded() -> None:
-    assert metrics.provider_label("fake") == "other"
     assert metrics.provider_label("anthropic") == "anthropic"
+    seen = {metrics.provider_label(f"custom{i}") for i in range(metrics.MAX_EXTRA_PROVIDERS + 5)}
+    assert "other" in seen and len(seen) <= metrics.MAX_EXTRA_PROVIDERS + 1
     assert metrics.tool_label("read_file") == "read_file"
     assert metrics.tool_label("x" * 100) == "unknown"
     metrics.record_run_end("weird", "also-weird")
