@@ -234,6 +234,7 @@ def _health(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
                           timeout=30, check=False)
 
 
+@pytest.mark.timeout(150)
 async def test_agentloop_health_checks_the_api_and_a_worker(redis_url: str,
                                                             tmp_path: Path) -> None:
     beat_file = tmp_path / "worker.health"
@@ -242,7 +243,7 @@ async def test_agentloop_health_checks_the_api_and_a_worker(redis_url: str,
     assert missing.returncode != 0 and "no heartbeat file" in missing.stderr
     worker = spawn_worker(redis_url, "H", tmp_path / "marks", extra_env=env)
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(60):  # a worker's start takes ~9 s here under load
             while (await asyncio.to_thread(_health, "--worker", env=env)).returncode != 0:
                 await asyncio.sleep(0.2)
         worker.send_signal(signal.SIGSTOP)  # a hung worker stops beating: unhealthy soon
