@@ -3,6 +3,7 @@ FROM python:3.11-slim
 
 # bubblewrap sandboxes run_python/run_shell; without it the code tools stay off
 # (AGENTLOOP_UNSAFE_CODE_TOOLS=true runs them under resource limits only).
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap \
     && rm -rf /var/lib/apt/lists/*
@@ -17,20 +18,29 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY providers ./providers
 COPY tool_registry ./tool_registry
-RUN pip install ".[bedrock]"
+# the project itself (its dependencies' ranges are in pyproject.toml)
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".[bedrock]"
 
-RUN useradd --system --create-home --uid 10001 agentloop \
-    && mkdir -p /var/lib/agentloop/workspaces \
+# Custom tools: put modules in /srv/agentloop/tools (a volume, or COPY in an image built
+# FROM this one) and name them in AGENTLOOP_TOOL_MODULES (e.g. "my_tools"); that directory is
+# on PYTHONPATH.
+RUN useradd --system --create-home --uid 10001 --user-group agentloop \
+    && mkdir -p /var/lib/agentloop/workspaces /srv/agentloop/tools \
     && chown -R agentloop:agentloop /var/lib/agentloop
-USER agentloop
+USER 10001
 
 ENV AGENTLOOP_HOST=0.0.0.0 \
     AGENTLOOP_PORT=8000 \
-    AGENTLOOP_WORKSPACE_ROOT=/var/lib/agentloop/workspaces
+    AGENTLOOP_WORKSPACE_ROOT=/var/lib/agentloop/workspaces \
+    AGENTLOOP_HEALTH_FILE=/tmp/agentloop-worker.health \
+    PYTHONPATH=/srv/agentloop/tools
 EXPOSE 8000
 
-HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('AGENTLOOP_PORT', '8000') + '/healthz', timeout=2)"
+# The API's check (GET /healthz on AGENTLOOP_PORT); a worker container runs
+# `agentloop health --worker` instead (docker-compose.yml).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["agentloop", "health"]
 
 # exec form: SIGTERM reaches agentloop, which drains the API and hands running runs back
 CMD ["agentloop", "serve", "--host", "0.0.0.0"]

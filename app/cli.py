@@ -4,6 +4,9 @@
     agentloop serve [--host H] [--port P] [--no-worker]
                                     the HTTP API, with an embedded worker unless --no-worker
     agentloop worker                a worker only (scale these out beside ``serve --no-worker``)
+    agentloop health [--worker] [--port P]
+                                    exit 0 if this host's API answers /healthz (or, with
+                                    --worker, if this host's worker heartbeat is fresh)
 
 SIGTERM/SIGINT stop gracefully: uvicorn drains the API; the worker stops taking runs and
 checkpoints and releases the ones it is driving so another worker resumes them.
@@ -39,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (AGENTLOOP_PORT)")
     serve.add_argument("--no-worker", action="store_true", help="API only; runs go to workers")
     sub.add_parser("worker", help="run a worker only")
+    health = sub.add_parser("health", help="container health check (exit 0 when healthy)")
+    health.add_argument("--worker", action="store_true", help="check this host's worker")
+    health.add_argument("--port", type=int, help="the API's port (AGENTLOOP_PORT)")
     return parser
 
 
@@ -53,6 +59,15 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0, *gc.get_threshold()[1:])
+
+
+def health(settings: Settings, *, worker: bool, port: int | None) -> None:
+    """Exit 0 when healthy, 1 otherwise (the reason on stderr)."""
+    from app.liveness import check_api, check_worker
+
+    ok, why = check_worker(settings) if worker else check_api(settings, port)
+    if not ok:
+        raise SystemExit(f"unhealthy: {why}")
 
 
 def serve(settings: Settings, *, host: str | None, port: int | None, worker: bool) -> None:
@@ -71,12 +86,17 @@ async def _worker_main(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with open_services(settings, worker=True) as services:
+        from app.liveness import beat
+
+        heartbeat = asyncio.create_task(beat(services.backend, settings.health_file,
+                                             min(settings.heartbeat_seconds, 10.0)))
         stopped = asyncio.create_task(stop.wait())
         waiting: set[asyncio.Task[object]] = {stopped}
         if services.worker is not None:
             waiting.add(services.worker)
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
+        heartbeat.cancel()
         log.info("worker stopping: releasing running runs")
 
 
@@ -93,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format)
-    if args.command == "worker":
+    if args.command == "health":
+        health(settings, worker=args.worker, port=args.port)
+    elif args.command == "worker":
         if not settings.redis_url:
             raise SystemExit("agentloop worker: set AGENTLOOP_REDIS_URL; without Redis a worker "
                              "has no runs to take (`agentloop serve` embeds one)")

@@ -10,6 +10,7 @@ instead of ``os.environ``.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,6 +68,10 @@ class Settings(BaseSettings):
     after a pause is never held back."""
     workspace_root: Path | None = None
     workspace: Path | None = None
+    workspace_max_bytes: int = Field(default=1024 * MiB, ge=0)
+    """Size cap of one run's workspace (0: none); see ``tool_registry.builtin.quota``."""
+    workspace_sweep_seconds: float = Field(default=600.0, ge=0)
+    """How often a worker removes the workspaces of expired runs (0: never); ``app.janitor``."""
     unsafe_code_tools: bool = False
     code_timeout_max: float = Field(default=300.0, gt=0)
     fetch_allow_private: bool = False
@@ -83,6 +88,9 @@ class Settings(BaseSettings):
     """JSON ``{"name": {"base_url", "api_key_env"?, "protocol"?}}`` of OpenAI-compatible servers."""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
+    health_file: Path = Field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / "agentloop-worker.health")
+    """The heartbeat file a worker touches and ``agentloop health --worker`` reads."""
 
     @field_validator("openai_profiles")
     @classmethod

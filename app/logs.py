@@ -1,21 +1,31 @@
 """Logging set-up: one JSON object per line (or plain text), carrying ``run_id`` and ``tenant``.
 
 ``bind(run_id=..., tenant=...)`` sets them for the current task (a context variable, so the
-worker's concurrent runs and concurrent requests do not mix); ``log.info(..., extra={"run_id":
-...})`` works too. API keys are never passed to a logger; stream tokens are scrubbed from every
-formatted line, uvicorn's access log included (``app.redact``).
+worker's concurrent runs and concurrent requests do not mix); tasks and worker threads started
+inside inherit them. ``log.info(..., extra={"run_id": ...})`` works too. Where they are bound:
+
+- a worker driving a run: ``runner.run_claim`` (the loop, tools, provider retries, the event
+  sink and the cancel watcher all run in tasks it starts);
+- a request about a run (``/runs/{id}/...``): ``RunLogContext``, an ASGI middleware, for the
+  whole exchange, streaming and uvicorn's access line included;
+- ``POST /runs``: the route, once the run exists.
+
+API keys are never passed to a logger; stream tokens are scrubbed from every formatted line,
+uvicorn's access log included (``app.redact``).
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.redact import redact
 
@@ -32,6 +42,31 @@ def bind(**fields: str | None) -> Iterator[None]:
         yield
     finally:
         _context.reset(token)
+
+
+_RUN_PATH = re.compile(r"^/runs/([A-Za-z0-9_-]{1,128})(?:/|$)")
+
+TenantOf = Callable[[Scope, str], str | None]
+"""The tenant of a request about run ``run_id`` (None when its credentials do not resolve)."""
+
+
+class RunLogContext:
+    """ASGI middleware binding ``run_id`` (from the path) and ``tenant`` (``tenant_of``) for
+    the whole of a request about one run."""
+
+    def __init__(self, app: ASGIApp, tenant_of: TenantOf | None = None) -> None:
+        self.app = app
+        self.tenant_of = tenant_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = _RUN_PATH.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        run_id = match.group(1)
+        tenant = self.tenant_of(scope, run_id) if self.tenant_of else None
+        with bind(run_id=run_id, tenant=tenant):
+            await self.app(scope, receive, send)
 
 
 class ContextFilter(logging.Filter):

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import Scope
 
 from app.backends.base import Backend
 from app.config import Settings, load_settings
 from app.errors import install_error_handlers
 from app.limits import BodyGuard
-from app.logs import setup_logging
+from app.logs import RunLogContext, setup_logging
 from app.routes import events, health, queue, runs, tools
 from app.run_requests import ResolveProvider
 from app.services import open_services
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     for module in (runs, events, queue, tools, health):
         app.include_router(module.router)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
+    app.add_middleware(RunLogContext, tenant_of=_tenant_of)
     _add_cors(app, cfg.cors_origin_list())
     return app
 
@@ -61,6 +63,17 @@ def _add_cors(app: FastAPI, origins: list[str]) -> None:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=EXPOSED_HEADERS,
                            allow_credentials="*" not in origins)
+
+
+def _tenant_of(scope: Scope, run_id: str) -> str | None:
+    """The tenant a request's credentials name, for its log lines (None if they do not)."""
+    services = getattr(scope["app"].state, "services", None)
+    if services is None:
+        return None
+    try:
+        return str(services.auth.authenticate(Request(scope), stream_run_id=run_id).tenant)
+    except Exception:  # bad credentials: the route answers 401; the log just lacks a tenant
+        return None
 
 
 def app_factory() -> FastAPI:

@@ -11,12 +11,65 @@ They live in ``prometheus_client``'s default registry (one per process). Names::
     agentloop_provider_latency_seconds{provider}     model call duration (first byte to done)
     agentloop_provider_first_byte_seconds{provider}  model call time to first event
     agentloop_tool_latency_seconds{tool, outcome}    tool execution duration (ok|error|aborted)
+
+Every label takes values from a bounded set, so no request or model output can grow the
+number of series: ``tool`` is a registered tool's name or ``unknown`` (a hallucinated name),
+``provider`` a known provider or profile name, or one of at most ``MAX_EXTRA_PROVIDERS`` others
+(custom provider factories), then ``other``; ``status``/``stop_reason``/``kind`` their
+documented values or ``other``. ``configure_labels`` names the registry and the extra provider
+profiles at start-up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable
+
 from fastapi import Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+from providers.catalog import BUILTIN, builtin_profiles
+from tool_registry import Registry, default_registry
+
+OTHER = "other"
+"""The label value every unexpected value folds into."""
+UNKNOWN_TOOL = "unknown"
+"""The ``tool`` label of calls to names no registered tool has."""
+MAX_EXTRA_PROVIDERS = 20
+"""Provider label values admitted beyond the known ones (a custom factory's prefixes)."""
+_extra_providers: set[str] = set()
+_STATUSES = frozenset({"completed", "failed", "cancelled"})
+_STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "none"})
+_providers: frozenset[str] = frozenset({*BUILTIN, *builtin_profiles()})
+_tool_names: Callable[[], Collection[str]] = lambda: default_registry.tools  # noqa: E731
+
+
+def configure_labels(*, registry: Registry | None = None,
+                     providers: Iterable[str] = ()) -> None:
+    """The tools and provider names whose values labels may take (start-up)."""
+    global _providers, _tool_names
+    _providers = frozenset({*BUILTIN, *builtin_profiles(), *providers})
+    if registry is not None:
+        _tool_names = lambda: registry.tools  # noqa: E731
+
+
+def tool_label(name: str) -> str:
+    """``name`` if a tool of that name is registered, else ``unknown``."""
+    return name if name in _tool_names() else UNKNOWN_TOOL
+
+
+def provider_label(name: str) -> str:
+    """``name`` if it is a known provider or profile (or one of the first few others), else
+    ``other``."""
+    if name in _providers or name in _extra_providers:
+        return name
+    if len(_extra_providers) < MAX_EXTRA_PROVIDERS:
+        _extra_providers.add(name)
+        return name
+    return OTHER
+
+
+def _one_of(value: str, allowed: Collection[str]) -> str:
+    return value if value in allowed else OTHER
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -42,7 +95,8 @@ for _kind in ("steer", "follow_up"):
 
 def record_run_end(status: str, stop_reason: str | None) -> None:
     """Count one ended run."""
-    RUNS_ENDED.labels(status=status, stop_reason=stop_reason or "none").inc()
+    RUNS_ENDED.labels(status=_one_of(status, _STATUSES),
+                      stop_reason=_one_of(stop_reason or "none", _STOP_REASONS)).inc()
 
 
 def metrics_response() -> Response:
@@ -61,7 +115,7 @@ class RunTimings:
                           "tool_execution_start", "tool_execution_end"})
 
     def __init__(self, provider: str) -> None:
-        self._provider = provider
+        self._provider = provider_label(provider)
         self._call_start: float | None = None
         self._first = False
         self._tools: dict[str, float] = {}
@@ -82,7 +136,8 @@ class RunTimings:
             start = self._tools.pop(getattr(event, "tool_call_id", ""), None)
             if start is not None:
                 outcome = "error" if getattr(event, "is_error", False) else "ok"
-                TOOL_LATENCY.labels(getattr(event, "tool_name", ""), outcome).observe(t - start)
+                name = tool_label(getattr(event, "tool_name", ""))
+                TOOL_LATENCY.labels(name, outcome).observe(t - start)
         elif getattr(getattr(event, "message", None), "role", "") == "assistant":
             if kind == "message_start":
                 self._call_start, self._first = t, False

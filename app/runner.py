@@ -25,6 +25,7 @@ from typing import Any
 from app import metrics
 from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
 from app.events import AgentEnd, RunResumed
+from app.logs import bind
 from app.loop import LoopConfig, LoopOutcome, run_loop
 from app.metrics import RunTimings
 from app.run_sink import BackendQueue, EventSink, retrying
@@ -58,10 +59,23 @@ class RunnerDeps:
 
 
 async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
-    """Drive the claimed run to its end (or until fenced out / cancelled from outside)."""
-    record = await retrying(lambda: deps.backend.get_run(claim.run_id))
-    if record is None:
-        return
+    """Drive the claimed run to its end (or until fenced out / cancelled from outside). Every
+    log line about it, from here and from the tasks it starts, carries its run_id and tenant."""
+    with bind(run_id=claim.run_id):
+        record = await retrying(lambda: deps.backend.get_run(claim.run_id))
+        if record is None:
+            return
+        with bind(tenant=record.tenant):
+            try:
+                await _run_record(deps, claim, record)
+            except Exception:
+                log.exception("run %s: runner crashed", claim.run_id)
+
+
+async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None:
+    if claim.resumed:
+        log.info("run %s: resuming attempt %d on worker %s", claim.run_id, claim.attempt,
+                 deps.worker)
     if record.status in TERMINAL:
         await _finish(deps.backend, claim)
         return

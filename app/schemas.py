@@ -137,9 +137,21 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+class SandboxProbe(BaseModel):
+    """The start-up run of one real sandboxed program (``/readyz``)."""
+
+    ok: bool
+    mode: str
+    """The mode it ran in: ``bubblewrap``, ``unsafe`` or ``disabled`` (not run)."""
+    detail: str
+    seconds: float
+
+
 class Health(BaseModel):
     """``/healthz`` and ``/readyz``."""
 
     status: Literal["ok", "ready", "unavailable"]
     backend: str | None = None
     sandbox: str | None = None
+    """How code tools run now; ``disabled`` when the start-up probe failed."""
+    sandbox_probe: SandboxProbe | None = None

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from app import metrics
 from app.auth import Authenticator
 from app.backends.base import Backend, BackendError
 from app.config import Settings, provider_env
@@ -45,6 +46,7 @@ class Services:
     registry: Registry = field(default_factory=lambda: default_registry)
     client: httpx.AsyncClient | None = None
     worker: asyncio.Task[None] | None = None
+    janitor: asyncio.Task[None] | None = None
 
 
 def provider_settings(settings: Settings) -> ProviderSettings:
@@ -65,8 +67,8 @@ def make_store(settings: Settings) -> Backend:
                         run_ttl=settings.run_ttl, client_name=settings.worker_name)
 
 
-def load_tools(settings: Settings) -> str:
-    """Register built-in and operator tools, configure the built-ins; returns the sandbox mode."""
+def load_tools(settings: Settings) -> None:
+    """Register built-in and operator tools and configure the built-ins."""
     import tool_registry.builtin as builtin
     from tool_registry.builtin.settings import BuiltinSettings
 
@@ -76,9 +78,24 @@ def load_tools(settings: Settings) -> str:
         extra["workspace_root"] = Path(settings.workspace_root)
     builtin.configure(BuiltinSettings(
         shared_workspace=settings.workspace, unsafe_code_tools=settings.unsafe_code_tools,
+        workspace_max_bytes=settings.workspace_max_bytes,
         code_timeout_max=settings.code_timeout_max,
         fetch_allow_private=settings.fetch_allow_private, **extra))
-    return str(builtin.sandbox_mode())
+
+
+async def probe_sandbox() -> str:
+    """Run one real sandboxed program on this loop (``builtin.probe``); log what it saw and
+    return the mode now in force."""
+    from tool_registry.builtin import sandbox
+    from tool_registry.builtin.probe import probe_code_tools
+
+    probe = await probe_code_tools()
+    outcome = "ok" if probe.ok else "FAILED"
+    level = logging.INFO if probe.ok or probe.mode == "disabled" else logging.ERROR
+    log.log(level, "sandbox probe %s (mode %s, %.2f s): %s%s", outcome, probe.mode,
+            probe.seconds, probe.detail,
+            "" if probe.ok else "; run_python/run_shell are off every menu")
+    return str(sandbox.sandbox_mode())
 
 
 def worker_name() -> str:
@@ -104,6 +121,20 @@ async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None
     task = asyncio.create_task(coro, name="agentloop-worker")
     task.add_done_callback(_worker_ended)
     return task
+
+
+def _start_janitor(svc: Services) -> asyncio.Task[None] | None:
+    """The workspace sweeper (``app.janitor``) of a process that runs tools."""
+    from app.janitor import run_janitor
+    from tool_registry.builtin.settings import current
+
+    every = svc.settings.workspace_sweep_seconds
+    if not every:
+        return None
+    tools = current()
+    return asyncio.create_task(run_janitor(svc.backend, tools.workspace_root, every=every,
+                                           keep=tools.shared_workspace),
+                               name="agentloop-janitor")
 
 
 def _worker_ended(task: asyncio.Task[None]) -> None:
@@ -152,16 +183,22 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                        resolve_provider=resolve_provider or catalog.resolve,
                        default_model=settings.default_model or default_model(env), env=env,
                        client=client)
-        sandbox = load_tools(settings)
+        load_tools(settings)
+        sandbox = await probe_sandbox()
+        metrics.configure_labels(registry=svc.registry, providers=psettings.profiles)
         await _start_store(store)
         stop = asyncio.Event()
         try:
             if worker:
                 svc.worker = await _start_worker(svc, stop)
+                svc.janitor = _start_janitor(svc)
             _log_startup(svc, sandbox, worker)
             yield svc
         finally:
             stop.set()
+            if svc.janitor is not None:
+                svc.janitor.cancel()
+                await asyncio.gather(svc.janitor, return_exceptions=True)
             if svc.worker is not None:
                 await _stop_worker(svc.worker, svc.settings.lease_seconds)
             await store.close()

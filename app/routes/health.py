@@ -1,16 +1,18 @@
-"""Operations: ``/healthz`` (process up), ``/readyz`` (backend reachable), ``/metrics``."""
+"""Operations: ``/healthz`` (process up), ``/readyz`` (backend reachable; sandbox mode and
+start-up probe), ``/metrics``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import asdict
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from app.metrics import metrics_response
 from app.routes.deps import ServicesDep
-from app.schemas import Health
+from app.schemas import Health, SandboxProbe
 
 router = APIRouter(tags=["operations"])
 log = logging.getLogger(__name__)
@@ -34,12 +36,15 @@ async def _backend_ok(svc: ServicesDep) -> bool:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 async def readyz(svc: ServicesDep) -> JSONResponse:
-    """Ready when the backend answers; also reports how code tools are sandboxed."""
-    from tool_registry.builtin.sandbox import sandbox_mode
+    """Ready when the backend answers; also reports how code tools are sandboxed and what the
+    start-up probe (one real sandboxed program) saw."""
+    from tool_registry.builtin.sandbox import probe_result, sandbox_mode
 
     ok = await _backend_ok(svc)
+    probe = probe_result()
     body = Health(status="ready" if ok else "unavailable", backend=svc.backend.name,
-                  sandbox=str(sandbox_mode()))
+                  sandbox=str(sandbox_mode()),
+                  sandbox_probe=SandboxProbe(**asdict(probe)) if probe else None)
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
 

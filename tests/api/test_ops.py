@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app import janitor, metrics
+from app.backends import make_backend
 from app.backends.base import BackendError
 from app.backends.memory import MemoryBackend
+from app.janitor import sweep
+from app.logs import ContextFilter
+from providers import fake
 from tests.api.conftest import Api, serve
+from tests.engine.harness import new_record, wait_end
+from tests.engine.processes import ROOT, spawn_worker, stop_all, wait_consumer
+from tests.engine.test_crash import wait_tool_start
+from tool_registry import default_registry
+from tool_registry.builtin import _proc, probe
 
 
 class DownBackend(MemoryBackend):
@@ -44,3 +68,193 @@ async def test_tools_lists_the_menu(api_no_worker: Api) -> None:
     assert set(entry) == {"name", "description", "parameters", "toolsets", "deferred"}
     assert entry["parameters"]["type"] == "object"
     assert "readonly" in entry["toolsets"]
+
+
+async def test_hallucinated_tool_names_fold_into_one_metrics_label() -> None:
+    async with serve() as api:
+        names = [f"made_up_tool_{i}" for i in range(25)]
+        api.fake.script = [fake.tool_calls(*((n, {}) for n in names)),
+                           fake.tool_calls(("read_file", {"path": "nope.txt"})),
+                           fake.text("done")]
+        run = await api.create(input="hi", model="fake:anything")
+        await api.wait_status(run["id"], "completed")
+        text = (await api.client.get("/metrics")).text
+    assert "made_up_tool" not in text
+    tools = {line.split('tool="')[1].split('"')[0] for line in text.splitlines()
+             if line.startswith("agentloop_tool_latency_seconds_count")}
+    assert "unknown" in tools and "read_file" in tools
+    assert tools <= {"unknown", *default_registry.tools}
+
+
+def test_every_label_value_is_bounded() -> None:
+    assert metrics.provider_label("anthropic") == "anthropic"
+    seen = {metrics.provider_label(f"custom{i}") for i in range(metrics.MAX_EXTRA_PROVIDERS + 5)}
+    assert "other" in seen and len(seen) <= metrics.MAX_EXTRA_PROVIDERS + 1
+    assert metrics.tool_label("read_file") == "read_file"
+    assert metrics.tool_label("x" * 100) == "unknown"
+    metrics.record_run_end("weird", "also-weird")
+    text = metrics.metrics_response().body.decode()
+    assert 'agentloop_runs_ended_total{status="other",stop_reason="other"}' in text
+
+
+@pytest.fixture
+def fresh_probe() -> Iterator[None]:
+    probe.forget()
+    yield
+    probe.forget()
+
+
+async def test_readyz_reports_the_start_up_probe_of_a_real_sandboxed_program(
+        fresh_probe: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with serve(worker=False, unsafe_code_tools=True) as api:
+        ready = (await api.client.get("/readyz")).json()
+        menu = {t["name"] for t in (await api.client.get("/tools")).json()}
+    assert ready["sandbox"] in ("bubblewrap", "unsafe")
+    assert ready["sandbox_probe"]["ok"] is True, ready
+    assert ready["sandbox_probe"]["mode"] == ready["sandbox"]
+    assert {"run_python", "run_shell"} <= menu
+    assert any("sandbox probe ok" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_failing_spawn_path_turns_code_tools_off_and_readyz_says_why(
+        fresh_probe: None, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def uvloop_refuses(*args: object, **kwargs: object) -> None:
+        raise ValueError("unexpected kwargs: user, group, extra_groups")  # what main hit
+
+    monkeypatch.setattr(_proc.asyncio, "create_subprocess_exec", uvloop_refuses)
+    async with serve(worker=False, unsafe_code_tools=True) as api:
+        ready = (await api.client.get("/readyz")).json()
+        menu = {t["name"] for t in (await api.client.get("/tools")).json()}
+    assert ready["status"] == "ready" and ready["sandbox"] == "disabled", ready
+    assert ready["sandbox_probe"]["ok"] is False
+    assert "unexpected kwargs" in ready["sandbox_probe"]["detail"]
+    assert "run_python" not in menu and "run_shell" not in menu and "read_file" in menu
+    assert any("sandbox probe FAILED" in r.getMessage() and r.levelno == logging.ERROR
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_workspace_goes_when_its_run_expires(kind: str, request: pytest.FixtureRequest,
+                                                     tmp_path: Path) -> None:
+    url = request.getfixturevalue("redis_url") if kind == "redis" else None
+    backend = make_backend(url, lease=5.0, run_ttl=1)
+    await backend.start()
+    try:
+        rec, _ = await backend.create_run(new_record())
+        claims = await backend.claim_many("w1", 1.0, 1)
+        root, shared = tmp_path / "workspaces", tmp_path / "workspaces" / "shared"
+        for name in (rec.id, "orphan", "fresh-orphan", "shared"):
+            (root / name).mkdir(parents=True)
+            (root / name / "file.txt").write_text("x")
+        for name in (rec.id, "orphan", "shared"):
+            os.utime(root / name, (time.time() - 7200, time.time() - 7200))
+        assert await sweep(backend, root, keep=shared) == ["orphan"]  # the run is stored
+        await backend.finish(rec.id, claims[0].attempt)  # its TTL (1 s) starts
+        async with asyncio.timeout(15):
+            while await backend.get_run(rec.id) is not None:
+                await asyncio.sleep(0.1)
+        assert await sweep(backend, root, keep=shared) == [rec.id]
+    finally:
+        await backend.close()
+    assert sorted(os.listdir(root)) == ["fresh-orphan", "shared"]
+
+
+async def test_the_worker_sweeps_workspaces_periodically(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(janitor, "GRACE_SECONDS", 1.0)
+    root = tmp_path / "workspaces"
+    (root / "left-behind").mkdir(parents=True)
+    os.utime(root / "left-behind", (time.time() - 60, time.time() - 60))
+    async with serve(workspace_root=root, workspace_sweep_seconds=0.2):
+        async with asyncio.timeout(15):
+            while await asyncio.to_thread(os.path.exists, root / "left-behind"):
+                await asyncio.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+async def test_log_lines_of_a_resumed_run_carry_run_id_and_tenant(redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    """A real worker process (JSON logs, DEBUG) resumes a run whose first worker was killed:
+    every line it logs about the run names the run and its tenant."""
+    backend = make_backend(redis_url, lease=1.0)
+    await backend.start()
+    marks, log_file = tmp_path / "marks", tmp_path / "b.log"
+    a = spawn_worker(redis_url, "A", marks, nap=2)  # killed mid-nap; B naps 2 s again
+    b = None
+    try:
+        await wait_consumer(redis_url, "A", 30)
+        rec, _ = await backend.create_run(new_record())
+        await wait_tool_start(backend, rec.id, "nap")
+        a.send_signal(signal.SIGKILL)  # before B starts: B must be the one to finish it
+        b = spawn_worker(redis_url, "B", marks, nap=0.2, log=log_file, extra_env={
+            "AGENTLOOP_LOG_FORMAT": "json", "AGENTLOOP_LOG_LEVEL": "DEBUG"})
+        end = await wait_end(backend, rec.id, timeout=30)
+        b.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(b.wait, 15)
+    finally:
+        stop_all(a, *([b] if b else []))
+        await backend.close()
+    assert end.status == "completed"
+    logged = await asyncio.to_thread(log_file.read_bytes)
+    lines = [orjson.loads(line) for line in logged.splitlines() if line.startswith(b"{")]
+    about = [ln for ln in lines if rec.id in ln["message"] or ln.get("run_id")]
+    messages = [ln["message"] for ln in lines]
+    assert any("resuming attempt 2" in ln["message"] for ln in about), messages
+    for line in about:
+        assert line.get("run_id") == rec.id and line.get("tenant") == "t", line
+
+
+class GetRunDown(MemoryBackend):
+    async def get_run_and_events(self, run_id: str, after: int, limit: int) -> Any:
+        raise BackendError("connection refused")
+
+
+async def test_requests_about_a_run_log_with_its_run_id_and_tenant(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.handler.addFilter(ContextFilter())
+    caplog.set_level(logging.INFO)
+    async with serve(backend=GetRunDown(), api_key="k1", api_keys="k1:tenant1") as api:
+        run = await api.create(input="hi", tools=[])
+        resp = await api.client.get(f"/runs/{run['id']}/events")
+    assert resp.status_code == 503
+    about = [r for r in caplog.records  # the test's own client (httpx) logs too
+             if run["id"] in r.getMessage() and r.name != "httpx"]
+    assert "app.errors" in {r.name for r in about}, [
+        (r.name, r.getMessage()) for r in caplog.records]
+    for record in about:
+        assert (getattr(record, "run_id", None), getattr(record, "tenant", None)) == (
+            run["id"], "tenant1"), (record.name, record.getMessage())
+
+
+def _health(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", "health", *args], cwd=ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+@pytest.mark.timeout(150)
+async def test_agentloop_health_checks_the_api_and_a_worker(redis_url: str,
+                                                            tmp_path: Path) -> None:
+    beat_file = tmp_path / "worker.health"
+    env = {"AGENTLOOP_HEALTH_FILE": str(beat_file), "AGENTLOOP_HEARTBEAT_SECONDS": "0.5"}
+    missing = await asyncio.to_thread(_health, "--worker", env=env)
+    assert missing.returncode != 0 and "no heartbeat file" in missing.stderr
+    worker = spawn_worker(redis_url, "H", tmp_path / "marks", extra_env=env)
+    try:
+        async with asyncio.timeout(60):  # a worker's start takes ~9 s here under load
+            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode != 0:
+                await asyncio.sleep(0.2)
+        worker.send_signal(signal.SIGSTOP)  # a hung worker stops beating: unhealthy soon
+        async with asyncio.timeout(30):
+            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode == 0:
+                await asyncio.sleep(0.5)
+    finally:
+        worker.send_signal(signal.SIGCONT)
+        stop_all(worker)
+    async with serve(worker=False) as api:
+        port = api.url.rsplit(":", 1)[1]
+        assert (await asyncio.to_thread(_health, "--port", port, env={})).returncode == 0
+    closed = await asyncio.to_thread(_health, "--port", port, env={})
+    assert closed.returncode != 0 and "unhealthy" in closed.stderr

@@ -13,15 +13,27 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def worker_env(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
+               nap: float = 2.0) -> dict[str, str]:
+    """The environment of a scripted worker process."""
+    return {**os.environ, "AGENTLOOP_REDIS_URL": redis_url,
+            "AGENTLOOP_LEASE_SECONDS": str(lease), "AGENTLOOP_WORKER_NAME": name,
+            "AGENTLOOP_TEST_MARKS": str(marks), "AGENTLOOP_TEST_NAP": str(nap),
+            "AGENTLOOP_PROVIDER_FACTORY": "tests.engine.scripted:crash_factory",
+            "PYTHONPATH": str(ROOT)}
+
+
 def spawn_worker(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
-                 nap: float = 2.0) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "AGENTLOOP_REDIS_URL": redis_url, "AGENTLOOP_LEASE_SECONDS": str(lease),
-           "AGENTLOOP_WORKER_NAME": name, "AGENTLOOP_TEST_MARKS": str(marks),
-           "AGENTLOOP_TEST_NAP": str(nap),
-           "AGENTLOOP_PROVIDER_FACTORY": "tests.engine.scripted:crash_factory",
-           "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=None)
+                 nap: float = 2.0, log: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A worker process; its stderr (the log) goes to ``log`` when given."""
+    env = {**worker_env(redis_url, name, marks, lease=lease, nap=nap), **(extra_env or {})}
+    if log is None:
+        return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=None)
+    with log.open("wb") as sink:
+        return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=sink)
 
 
 async def wait_consumer(redis_url: str, name: str, timeout_s: float = 10) -> None:

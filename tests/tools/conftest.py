@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tool_registry import ToolContext, ToolResult
+from tool_registry.builtin import sandbox
 from tool_registry.builtin import settings as settings_mod
 from tool_registry.builtin.sandbox import sandbox_mode
 
@@ -79,6 +80,20 @@ needs_bwrap = pytest.mark.skipif(
     sandbox_mode() != "bubblewrap",
     reason="bubblewrap is not usable here (apt-get install -y bubblewrap); the sandbox-only "
            "assertions cannot hold without it")
+
+MODES = ["bubblewrap", "unsafe"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request, monkeypatch, configure):
+    """Each test runs in both modes (bubblewrap skipped where unusable)."""
+    if request.param == "bubblewrap" and sandbox.sandbox_mode() != "bubblewrap":
+        pytest.skip("bubblewrap is not usable here (apt-get install -y bubblewrap)")
+    if request.param == "unsafe":
+        monkeypatch.setattr(sandbox, "bwrap_usable", lambda: False)
+    assert sandbox.sandbox_mode() == request.param
+    return request.param
+
 
 ROOT = os.geteuid() == 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -123,3 +124,50 @@ def test_forbidden_reason_covers_the_ranges():
                     "fe80::1", "::ffff:10.0.0.1", "64:ff9b::7f00:1", "100.64.0.1"):
         assert forbidden_reason(ipaddress.ip_address(address), False), address
     assert forbidden_reason(ipaddress.ip_address("93.184.216.34"), False) is None
+
+
+TEREDO_TO_10_0_0_1 = "2001:0:4136:e378:8000:63bf:f5ff:fffe"  # client bits are 10.0.0.1 inverted
+SIXTOFOUR = {"2002:7f00:1::": "127.0.0.1", "2002:a00:1::": "10.0.0.1",
+             "2002:c0a8:101::1": "192.168.1.1", "2002:a9fe:a9fe::": "169.254.169.254"}
+
+
+@pytest.mark.parametrize("address", [*SIXTOFOUR, TEREDO_TO_10_0_0_1])
+async def test_6to4_and_teredo_embedding_private_ipv4_are_refused(address, server,
+                                                                  public_test_host, ctx):
+    direct = await call(http_fetch, {"url": f"http://[{address}]/"}, ctx)
+    assert direct.is_error and "refused" in text(direct) and "embedded" in text(direct), (
+        text(direct))
+    port = server.server_address[1]
+    hop = await call(http_fetch, {"url": f"http://public.test:{port}/to/http://[{address}]/"},
+                     ctx)
+    assert hop.is_error and "embedded" in text(hop) and server.hosts == []
+
+
+def test_embedded_metadata_is_refused_even_when_private_is_allowed():
+    teredo_to_metadata = ipaddress.IPv6Address(
+        (0x20010000 << 96) | (int(ipaddress.IPv4Address("169.254.169.254")) ^ 0xFFFFFFFF))
+    for ip in (ipaddress.ip_address("2002:a9fe:a9fe::"), teredo_to_metadata):
+        assert "metadata" in (forbidden_reason(ip, True) or ""), ip
+    assert forbidden_reason(ipaddress.ip_address("2002:a00:1::"), True) is None
+    assert forbidden_reason(ipaddress.ip_address("2002:808:808::"), False) is None  # 8.8.8.8
+    assert forbidden_reason(ipaddress.ip_address("64:ff9b:1::a00:1"), False)
+
+
+@pytest.mark.parametrize("page", ["<a " * 700_000, "<" * 2_000_000, "</" * 1_000_000,
+                                  "<!" * 1_000_000, "&" * 2_000_000])
+def test_html_to_text_is_linear_on_hostile_pages(page):
+    from tool_registry.builtin._html import html_to_text
+
+    started = time.monotonic()
+    html_to_text(page)
+    assert time.monotonic() - started < 10.0  # html.parser took minutes on the first one
+
+
+def test_html_to_text_keeps_the_readable_parts():
+    from tool_registry.builtin._html import html_to_text
+
+    page = ("<html><head><title>T &amp; t</title><style>p{}</style></head><body>"
+            "<script>if (a<b) {x='</div>'}</script><h1>Head</h1><!-- no <p>hidden</p> -->"
+            "<p>One&nbsp;two</p><SCRIPT type=x>bad</SCRIPT><ul><li>a</li><li>b</li></ul>"
+            "tail</body></html>")
+    assert html_to_text(page) == "# T & t\n\nHead\n\nOne\xa0two\n\na\n\nb\n\ntail"

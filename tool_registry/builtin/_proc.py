@@ -2,9 +2,11 @@
 
 Timeline of ``run_process``::
 
-    start (own session/process group, sandboxed by ``sandbox.prepare``)
+    start (own session/process group, sandboxed by ``sandbox.prepare``; a cancel during the
+           spawn still kills what was started)
     ├─ pump stdout/stderr in 64 KiB chunks into HeadTail buffers (+ throttled progress)
-    ├─ wait for: exit | timeout | ctx.cancel set | task cancelled (CancelledError)
+    ├─ wait for: exit | timeout | ctx.cancel set | workspace past its cap (``quota.watch``)
+    │            | task cancelled (CancelledError)
     └─ always: SIGKILL the process group (bwrap's death takes its PID namespace along),
        reap, give the pumps a moment to drain, then report or re-raise the cancellation
 
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tool_registry.builtin import quota
 from tool_registry.builtin._limits import HeadTail
-from tool_registry.builtin.sandbox import prepare
+from tool_registry.builtin.sandbox import Launch, prepare
 from tool_registry.builtin.settings import current
 from tool_registry.types import CancelSignal, Progress
 
@@ -43,6 +46,14 @@ class Outcome:
     cancelled: bool
     seconds: float
     mode: str
+    over_quota: str | None = None
+    """Set when the workspace ended up past its size cap: what the model should know."""
+    killed_for_quota: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether the result is an error for the model (timeout, cancel, workspace full)."""
+        return self.timed_out or self.cancelled or self.over_quota is not None
 
     def report(self, time_limit: float) -> str:
         """The text the model reads."""
@@ -50,9 +61,13 @@ class Outcome:
             head = f"timed out after {time_limit:g} s; the process and its children were killed"
         elif self.cancelled:
             head = "cancelled; the process and its children were killed"
+        elif self.killed_for_quota:
+            head = "killed: the workspace passed its size limit"
         else:
             head = f"exit code: {self.exit_code}"
         parts = [head]
+        if self.over_quota:
+            parts.append(self.over_quota)
         if self.stdout:
             parts.append(f"--- stdout ---\n{self.stdout}")
         if self.stderr:
@@ -113,20 +128,43 @@ async def _until_exit(pid: int) -> None:
 
 
 async def _wait_exit(proc: asyncio.subprocess.Process, cancel: CancelSignal,
-                     time_limit: float) -> str:
-    """``"exit"``, ``"timeout"`` or ``"cancel"``, whichever comes first."""
+                     time_limit: float, ws: Path, limit: int | None) -> str:
+    """``"exit"``, ``"timeout"``, ``"cancel"`` or ``"quota"`` (usage passed ``limit``),
+    whichever comes first."""
     waiter = asyncio.ensure_future(_until_exit(proc.pid))
     cancelled = asyncio.ensure_future(cancel.wait())
+    filled = asyncio.ensure_future(quota.watch(ws, limit) if limit else asyncio.Event().wait())
+    futures = (waiter, cancelled, filled)
     try:
-        done, _ = await asyncio.wait({waiter, cancelled}, timeout=time_limit,
+        done, _ = await asyncio.wait(futures, timeout=time_limit,
                                      return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for fut in (waiter, cancelled):
+        for fut in futures:
             fut.cancel()
-        await asyncio.gather(waiter, cancelled, return_exceptions=True)
+        await asyncio.gather(*futures, return_exceptions=True)
     if waiter in done:
         return "exit"
+    if filled in done:
+        return "quota"
     return "cancel" if cancelled in done else "timeout"
+
+
+async def _budget(ws: Path) -> tuple[int | None, int | None]:
+    """(bytes one file may take, usage past which the process is killed), None without a cap.
+    A workspace already over its cap gets no room, and is not killed for shrinking."""
+    cap = current().workspace_max_bytes
+    if not cap:
+        return None, None
+    used = await asyncio.to_thread(quota.usage, ws)
+    return max(cap - used, 0), max(cap, used)
+
+
+async def _quota_note(ws: Path) -> str | None:
+    cap = current().workspace_max_bytes
+    if not cap:
+        return None
+    used = await asyncio.to_thread(quota.usage, ws)
+    return quota.full_message(used, cap) if used > cap else None
 
 
 async def _settle(proc: asyncio.subprocess.Process, helpers: list[asyncio.Task[None]]) -> None:
@@ -139,26 +177,43 @@ async def _settle(proc: asyncio.subprocess.Process, helpers: list[asyncio.Task[N
         await asyncio.wait_for(proc.wait(), 5)
 
 
+async def _spawn(launch: Launch, ws: Path, stdin: bool) -> asyncio.subprocess.Process:
+    """Start the process. The program runs before ``create_subprocess_exec`` returns (the
+    loop still connects the pipes), so a cancel landing in between must not lose it: the spawn
+    is shielded, and on cancel it is awaited, its group killed, and the cancel re-raised."""
+    spawning = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE))
+    try:
+        return await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await spawning
+            kill_group(proc.pid)
+            await asyncio.wait_for(proc.wait(), 5)
+        raise
+
+
 async def run_process(command: list[str], ws: Path, *, time_limit: float, progress: Progress,
                       cancel: CancelSignal, stdin: bytes | None = None) -> Outcome:
     """Run ``command`` sandboxed in ``ws``; see the module timeline."""
-    launch = prepare(command, ws)
+    room, limit = await _budget(ws)
+    launch = prepare(command, ws, room)
     cap = current().output_cap_chars
     out, err = HeadTail(cap), HeadTail(cap)
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *launch.argv, cwd=ws, env=launch.env, start_new_session=True,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await _spawn(launch, ws, stdin is not None)
     helpers = [asyncio.create_task(_pump(proc.stdout, out, "stdout", progress)),
                asyncio.create_task(_pump(proc.stderr, err, "stderr", progress))]
     if stdin is not None:
         helpers.append(asyncio.create_task(_feed(proc, stdin)))
     try:
-        ended = await _wait_exit(proc, cancel, time_limit)
+        ended = await _wait_exit(proc, cancel, time_limit, ws, limit)
     finally:
         await _settle(proc, helpers)
     return Outcome(exit_code=proc.returncode if ended == "exit" else None,
                    stdout=out.text(), stderr=err.text(), timed_out=ended == "timeout",
                    cancelled=ended == "cancel", seconds=time.monotonic() - started,
-                   mode=launch.mode)
+                   mode=launch.mode, over_quota=await _quota_note(ws),
+                   killed_for_quota=ended == "quota")

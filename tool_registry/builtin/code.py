@@ -41,7 +41,7 @@ async def _run(command: list[str], ctx: ToolContext, asked: float | None,
     outcome = await run_process(command, ws, time_limit=limit, progress=ctx.progress,
                                 cancel=ctx.cancel, stdin=stdin)
     return ToolResult.text(outcome.report(limit), details=outcome.details(),
-                           is_error=outcome.timed_out or outcome.cancelled)
+                           is_error=outcome.failed)
 
 
 @function(unsafe_in=UNTRUSTED_CHANNELS, check_fn=code_tools_available)

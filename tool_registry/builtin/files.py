@@ -2,7 +2,8 @@
 
 Every path goes through ``workspace.resolve_in`` (refused if it lands outside the workspace,
 symlinks included) and is opened with ``workspace.open_beneath`` (no symlink followed). Files
-larger than ``settings.file_size_cap`` are refused; text sent back is capped at
+larger than ``settings.file_size_cap`` are refused, and so is a write that would take the
+workspace past ``settings.workspace_max_bytes`` (``quota``); text sent back is capped at
 ``settings.output_cap_chars`` with a note saying how to page on. ``list_files`` and
 ``search_files`` live in ``_search.py`` and join the same toolsets.
 """
@@ -14,6 +15,7 @@ import stat
 from pathlib import Path
 
 from tool_registry import function
+from tool_registry.builtin import quota
 from tool_registry.builtin import workspace as wsmod
 from tool_registry.builtin._limits import cap_text
 from tool_registry.builtin.settings import current
@@ -51,6 +53,7 @@ def write_bytes(ws: Path, target: Path, data: bytes) -> None:
     cap = current().file_size_cap
     if len(data) > cap:
         raise ValueError(f"content is {len(data)} bytes, over the {cap}-byte limit")
+    quota.ensure_room(ws, target, len(data))
     fd = wsmod.open_beneath(ws, target,
                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK,
                             make_parents=True)

@@ -8,7 +8,9 @@
   own PID namespace (killing bwrap kills everything in it) and no capabilities.
 - ``"unsafe"``: bwrap is unusable but ``settings.unsafe_code_tools`` is on: code runs bare in the
   workspace, still with the scrubbed environment, the limits and the uid drop below.
-- ``"disabled"``: neither; the code tools' ``check_fn`` keeps them off every menu.
+- ``"disabled"``: neither, or the start-up probe (``probe.probe_code_tools``: one real
+  program run the way the tools run it) failed; the code tools' ``check_fn`` keeps them off
+  every menu.
 
 In every mode code gets a scrubbed environment (``sandbox_env``: no provider keys, no
 ``AGENTLOOP_*``), its own session and process group, and ``prlimit`` limits (CPU, address
@@ -52,7 +54,8 @@ def sandbox_env(ws: Path) -> dict[str, str]:
 
 
 def bwrap_args(ws: Path) -> list[str]:
-    """The bubblewrap command line (up to the ``--``) for a workspace."""
+    """The bubblewrap command line (up to the ``--``) for a workspace. The private ``/tmp`` is
+    a tmpfs of ``settings.tmp_size_mb``: without a size it could fill the host's memory."""
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -64,19 +67,23 @@ def bwrap_args(ws: Path) -> list[str]:
     etc = [f"/etc/{n}" for n in _ETC] + sorted(glob.glob("/etc/python3*"))
     for path in etc:
         args += ["--ro-bind-try", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    tmp_bytes = current().tmp_size_mb * MiB
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
              "--bind", str(ws), str(ws), "--chdir", str(ws)]
     return args
 
 
-def limit_args(settings: BuiltinSettings) -> list[str]:
-    """The ``prlimit`` prefix applying the resource limits (inherited by bwrap and the code)."""
+def limit_args(settings: BuiltinSettings, room: int | None = None) -> list[str]:
+    """The ``prlimit`` prefix applying the resource limits (inherited by bwrap and the code);
+    ``room``: bytes left in the workspace, which no file written may exceed."""
     nproc = settings.max_processes
     if os.geteuid() != 0:
         nproc += len(os.listdir("/proc/self/task"))
+    fsize = settings.file_size_mb * MiB if room is None else min(settings.file_size_mb * MiB,
+                                                                   room)
     return ["prlimit", f"--cpu={settings.cpu_seconds}",
             f"--as={settings.address_space_mb * MiB}",
-            f"--fsize={settings.file_size_mb * MiB}", f"--nproc={nproc}", "--"]
+            f"--fsize={fsize}", f"--nproc={nproc}", "--"]
 
 
 def drop_args(settings: BuiltinSettings) -> list[str]:
@@ -90,6 +97,33 @@ def drop_args(settings: BuiltinSettings) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
+@dataclass(slots=True, frozen=True)
+class ProbeResult:
+    """What the start-up probe saw (``/readyz`` shows it as ``sandbox_probe``)."""
+
+    ok: bool
+    """The program ran and printed what it was asked to."""
+    mode: SandboxMode
+    """The mode the probe ran in."""
+    detail: str
+    """What happened, in a sentence (the error when it failed)."""
+    seconds: float
+
+
+_probe: ProbeResult | None = None
+
+
+def record_probe(result: ProbeResult | None) -> None:
+    """Remember the probe's result (None: forget it, as if none had run)."""
+    global _probe
+    _probe = result
+
+
+def probe_result() -> ProbeResult | None:
+    """The last probe's result, if a probe ran in this process."""
+    return _probe
+
+
 @dataclass(slots=True)
 class Launch:
     """How to start one code process: argv and environment."""
@@ -99,15 +133,16 @@ class Launch:
     mode: SandboxMode = "bubblewrap"
 
 
-def prepare(command: list[str], ws: Path) -> Launch:
-    """Wrap ``command`` for the current mode; ``RuntimeError`` when code tools are disabled."""
+def prepare(command: list[str], ws: Path, room: int | None = None) -> Launch:
+    """Wrap ``command`` for the current mode; ``RuntimeError`` when code tools are disabled.
+    ``room``: bytes left under the workspace cap (None: no cap)."""
     settings = current()
     mode = sandbox_mode()
     if mode == "disabled":
         raise RuntimeError("code execution is disabled on this server: bubblewrap is not "
                            "usable and unsafe code tools are not enabled")
     wrapper = [*bwrap_args(ws), "--"] if mode == "bubblewrap" else []
-    return Launch(argv=limit_args(settings) + drop_args(settings) + wrapper + command,
+    return Launch(argv=limit_args(settings, room) + drop_args(settings) + wrapper + command,
                   env=sandbox_env(ws), mode=mode)
 
 
@@ -141,6 +176,8 @@ def reset_probe() -> None:
 
 def sandbox_mode() -> SandboxMode:
     """How code tools would run right now."""
+    if _probe is not None and not _probe.ok:
+        return "disabled"
     if bwrap_usable():
         return "bubblewrap"
     can_drop = os.geteuid() != 0 or shutil.which("setpriv")

@@ -9,6 +9,7 @@ read ``current()`` on every call, so a test may ``configure`` its own. Environme
 - ``AGENTLOOP_UNSAFE_CODE_TOOLS``    → ``unsafe_code_tools``
 - ``AGENTLOOP_CODE_TIMEOUT_MAX``     → ``code_timeout_max``
 - ``AGENTLOOP_FETCH_ALLOW_PRIVATE``  → ``fetch_allow_private``
+- ``AGENTLOOP_WORKSPACE_MAX_BYTES``  → ``workspace_max_bytes``
 
 Listeners registered with ``on_configure`` are called after each ``configure`` (the code tools
 use it to keep the loop's per-tool timeout above ``code_timeout_max``).
@@ -46,6 +47,10 @@ class BuiltinSettings:
     """Characters of a tool's text output kept (head and tail, with a marker between)."""
     file_size_cap: int = 10 * MiB
     """Largest file the file tools read, write or edit, bytes."""
+    workspace_max_bytes: int = 1024 * MiB
+    """Size cap of one workspace (``quota``: what is guaranteed), bytes; 0 = none."""
+    tmp_size_mb: int = 256
+    """Size of the sandbox's private ``/tmp`` (a tmpfs: memory), MiB."""
     fetch_allow_private: bool = False
     """Let http_fetch reach loopback, private, link-local and metadata addresses."""
     fetch_max_bytes: int = 2 * MiB

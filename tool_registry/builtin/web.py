@@ -36,29 +36,52 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
     "169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2"))
 """Cloud instance-metadata endpoints (AWS, AWS IPv6, Alibaba, ECS task credentials)."""
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+"""Local-use NAT64 (RFC 8215): where the IPv4 address sits depends on the operator's prefix
+length, so the whole range is treated as private."""
 
 
 class FetchRefused(PermissionError):
     """The URL (or a redirect) points somewhere http_fetch may not go."""
 
 
-def forbidden_reason(ip: IPAddress, allow_private: bool) -> str | None:
-    """Why ``ip`` may not be fetched, or None if it may."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        elif ip in _NAT64:
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+def embedded_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address carries to a router that unwraps it: IPv4-mapped,
+    NAT64 (``64:ff9b::/96``), 6to4 (``2002::/16``) and Teredo (``2001::/32``, server and
+    client)."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    found = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in _NAT64:
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [v4 for v4 in found if v4 is not None]
+
+
+def _reason(ip: IPAddress, allow_private: bool) -> str | None:
     if ip in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if allow_private:
         return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _NAT64_LOCAL:
+        return "a local-use NAT64 address"
     for attr, what in (("is_loopback", "loopback"), ("is_unspecified", "unspecified"),
                        ("is_link_local", "link-local"), ("is_multicast", "multicast"),
                        ("is_private", "private"), ("is_reserved", "reserved")):
         if getattr(ip, attr):
             return f"a {what} address"
     return None if ip.is_global else "not a public address"
+
+
+def forbidden_reason(ip: IPAddress, allow_private: bool) -> str | None:
+    """Why ``ip`` may not be fetched, or None if it may. An IPv6 address that embeds an IPv4
+    one is judged by both (the embedded one decides where a translator sends the packets)."""
+    for v4 in embedded_ipv4(ip):
+        reason = _reason(v4, allow_private)
+        if reason:
+            return f"{reason} ({v4} embedded in {ip})"
+    if ip in _NAT64 or (isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped):
+        return None  # the embedded address alone decides (NAT64 itself is not "global")
+    return _reason(ip, allow_private)
 
 
 async def resolve_host(host: str, port: int) -> list[IPAddress]:
@@ -161,6 +184,7 @@ async def _follow(client: httpx.AsyncClient, url: httpx.URL) -> ToolResult:
         response, body, cut = await _get(client, url)
         location = response.headers.get("location")
         if not (response.is_redirect and location):
-            return _render(url, response, body, cut)
+            # a 2 MB page takes a second or more to turn into text: never on the event loop
+            return await asyncio.to_thread(_render, url, response, body, cut)
         url = url.join(location)
     raise ValueError(f"more than {MAX_REDIRECTS} redirects starting from {str(start)!r}")
