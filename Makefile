@@ -6,7 +6,10 @@ STAMP   := $(VENV)/.installed-stamp
 HOST    ?= 127.0.0.1
 PORT    ?= 8000
 
-.PHONY: install run test lint bench system-deps clean
+JS      := tests/js
+JSSTAMP := $(JS)/node_modules/.installed-stamp
+
+.PHONY: install run test lint bench system-deps js-deps clean
 
 install: $(STAMP)
 
@@ -19,7 +22,7 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/agentloop serve --host $(HOST) --port $(PORT)
 
-# redis-server and bubblewrap come from Debian's packages when the machine lacks them
+# redis-server, bubblewrap, chromium and node come from Debian's packages when the machine lacks them
 system-deps:
 	@scripts/system-deps.sh
 
@@ -27,11 +30,18 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: install system-deps
+# the JavaScript packages the tests drive, exactly as the committed lockfile pins them
+js-deps: $(JSSTAMP)
+
+$(JSSTAMP): $(JS)/package.json $(JS)/package-lock.json | system-deps
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(JSSTAMP)
+
+test: install system-deps js-deps
 	@scripts/test.sh
 
 bench: install system-deps
 	$(BIN)/python bench/harness.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(JS)/node_modules
