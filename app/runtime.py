@@ -85,7 +85,7 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
         from app.services import ensure_tools
 
         ensure_tools(settings)
-    menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny)
+    menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny, settings)
     choice = _choice(tool_choice)
     _check_forced(choice, menu)
     label = model or (scope.model if scope else _default_label(settings))
@@ -102,7 +102,9 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                             max_iterations=max_iterations, steering_mode=steering_mode,
                             follow_up_mode=follow_up_mode, temperature=temperature,
                             max_tokens=max_tokens or settings.default_max_tokens or None,
-                            deadline=_deadline(timeout, scope, settings), resolve=resolve)
+                            deadline=_deadline(timeout, scope, settings), resolve=resolve,
+                            tool_timeout=settings.tool_timeout,
+                            max_result_chars=settings.max_result_chars)
         emit = on_event or _ignore
         if scope is not None:
             emit, abort = _nest(config, scope, on_event, abort)
@@ -127,6 +129,7 @@ def _nest(config: LoopConfig, scope: ToolScope, on_event: Callable[[Event], None
     outer = scope.config
     if outer is not None:
         config.call_ids = outer.call_ids
+        config.tool_timeout, config.max_result_chars = outer.tool_timeout, outer.max_result_chars
     emit = scope.emit if on_event is None else _tee(scope.emit, on_event)
     return emit, abort or scope.abort
 
@@ -156,12 +159,15 @@ async def stream(content: str | UserMessage | None = None, **kwargs: Any
 
 
 def _menu(tools: Sequence[object] | None, toolset: str | None, source: str | None,
-          allow: Sequence[str] | None, deny: Sequence[str] | None) -> Menu:
+          allow: Sequence[str] | None, deny: Sequence[str] | None, settings: Settings) -> Menu:
+    """The call's menu under the service's gating (``AGENTLOOP_DISABLED_TOOLS``, the
+    ``requires_env`` variables), nested calls included."""
     scope = current_scope.get()
     if tools is None and toolset is None and scope is not None:
         tools = scope.tools  # a nested exec inherits the outer call's menu
     return build_menu(tools=tools, toolset=toolset, tools_source=source, tools_allow=allow,
-                      tools_deny=deny)
+                      tools_deny=deny, disabled=settings.disabled_tool_list(),
+                      env=provider_env())
 
 
 def _check_forced(choice: ToolChoice, menu: Menu) -> None:

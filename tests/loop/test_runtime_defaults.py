@@ -4,6 +4,7 @@ the working directory, and a module that cannot be imported is one line (issue 9
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -143,6 +144,42 @@ async def test_a_server_that_never_stops_streaming_is_cut_at_the_run_timeout(
     assert out.error == ("run timed out: it passed its deadline of 0.5 s (the run's timeout) "
                          "and was stopped")
     assert updates  # it was streaming when the deadline passed
+
+
+# -- the service's tool gating and limits apply to runtime.exec as well ---------------------
+
+async def test_operator_disabled_tools_stay_off_runtime_menus_nested_ones_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_DISABLED_TOOLS", "list_files,read_file")
+    inner = FakeProvider([fake.text("inner")])
+
+    @function(register=False)
+    async def delegate() -> str:
+        """Opens a nested loop asking for the full toolset."""
+        return str((await runtime.exec("go", provider=inner, toolset="full")).text)
+
+    top = FakeProvider([fake.text("plain")])
+    await runtime.exec("hi", provider=top)
+    outer = FakeProvider([fake.tool_calls(("delegate", {})), fake.text("outer")])
+    await runtime.exec("hi", provider=outer, tools=[delegate])
+    offered = {t.name for t in top.requests[0].tools} | {t.name for t in inner.requests[0].tools}
+    assert "write_file" in offered  # the built-ins are there…
+    assert not offered & {"list_files", "read_file"}  # …but not the disabled ones
+
+
+async def test_the_tool_timeout_setting_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOOP_TOOL_TIMEOUT", "0.2")
+
+    @function(register=False)
+    async def stall() -> str:
+        """Never answers in time."""
+        await asyncio.sleep(30)
+        return "late"
+
+    p = FakeProvider([fake.tool_calls(("stall", {})), fake.text("ok")])
+    out = await runtime.exec("hi", provider=p, tools=[stall])
+    result = next(m for m in out.messages if isinstance(m, ToolResultMessage))
+    assert result.is_error and result.content[0].text == "Tool stall timed out after 0.2 s"  # type: ignore[union-attr]
 
 
 # -- 14: tools on by default in a plain script; tool modules from the working directory -------
