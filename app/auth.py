@@ -5,8 +5,10 @@ configured key and never logged. A stream token is ``<payload>.<signature>`` (ba
 payload holds the run id, tenant and expiry, the signature is HMAC-SHA256 under
 ``AGENTLOOP_STREAM_TOKEN_SECRET`` or, when unset, a secret derived from the configured keys (so
 every replica with the same keys agrees). A token is read-only: only ``GET /runs/{id}/events``
-of its own run accepts it. With no keys configured auth is off and every caller is tenant
-``default``.
+of its own run accepts it, and only when the stream opens (an open stream outlives its token).
+Every Run returned to an API-key caller carries a fresh one; a token never renews itself.
+Tokens travel in query strings, so every log line is scrubbed of them (``app.redact``). With
+no keys configured auth is off and every caller is tenant ``default``.
 """
 
 from __future__ import annotations
@@ -75,17 +77,20 @@ class Authenticator:
         return f"{payload}.{self._sign(payload)}"
 
     def verify_token(self, token: str, run_id: str) -> Principal | None:
-        """The principal of a valid, unexpired token for ``run_id``; None otherwise."""
+        """The principal of a valid, unexpired token for ``run_id``; None for anything else
+        (whatever text a client sends, a bad token is a 401, never a 500)."""
+        if not token.isascii():  # hmac.compare_digest refuses non-ASCII text (TypeError)
+            return None
         payload, _, signature = token.partition(".")
         if not hmac.compare_digest(self._sign(payload), signature):
             return None
         try:
             claims = orjson.loads(_unb64(payload))
-        except (ValueError, orjson.JSONDecodeError):
+            if claims["r"] != run_id or int(claims["e"]) < time.time():
+                return None
+            return Principal(tenant=str(claims["t"]), run_id=run_id)
+        except (ValueError, TypeError, KeyError, orjson.JSONDecodeError):
             return None
-        if claims.get("r") != run_id or int(claims.get("e", 0)) < time.time():
-            return None
-        return Principal(tenant=str(claims["t"]), run_id=run_id)
 
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._secret, payload.encode(), hashlib.sha256).digest())
@@ -107,5 +112,6 @@ class Authenticator:
             principal = self.verify_token(token, stream_run_id)
             if principal is not None:
                 return principal
-            raise _unauthorized("invalid or expired stream token")
+            raise _unauthorized("invalid or expired stream token: GET /runs/{id} with the API "
+                                "key returns a fresh one")
         raise _unauthorized("missing 'Authorization: Bearer <key>'")

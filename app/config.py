@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     """``module:callable`` returning a ``resolve_provider(model) -> (Provider, model_id)`` used
     instead of the built-in catalog (custom or scripted providers)."""
     sse_ping_seconds: float = Field(default=15.0, gt=0)
+    sse_retry_seconds: float = Field(default=1.0, ge=0, le=3600)
+    """Sent as the ``retry:`` field opening every event stream: how long a client waits
+    before it reconnects after a dropped connection."""
     tool_modules: str = ""
     """Comma-separated modules imported at start-up (found on ``sys.path`` or in the working
     directory) so their ``@function`` tools register; one that cannot be imported stops the

@@ -2,7 +2,8 @@
 
 ``bind(run_id=..., tenant=...)`` sets them for the current task (a context variable, so the
 worker's concurrent runs and concurrent requests do not mix); ``log.info(..., extra={"run_id":
-...})`` works too. API keys are never passed to a logger.
+...})`` works too. API keys are never passed to a logger; stream tokens are scrubbed from every
+formatted line, uvicorn's access log included (``app.redact``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import orjson
+
+from app.redact import redact
 
 _FIELDS = ("run_id", "tenant")
 _context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
@@ -58,7 +61,7 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out, default=str).decode()
+        return redact(orjson.dumps(out, default=str).decode())
 
 
 class TextFormatter(logging.Formatter):
@@ -70,7 +73,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         extra = " ".join(f"{k}={getattr(record, k)}" for k in _FIELDS if getattr(record, k, None))
-        return f"{line} [{extra}]" if extra else line
+        return redact(f"{line} [{extra}]" if extra else line)
 
 
 def setup_logging(level: str = "INFO", fmt: str = "json") -> None:

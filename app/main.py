@@ -25,6 +25,9 @@ from app.run_requests import ResolveProvider
 from app.services import check_tool_modules, open_services
 
 API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
+EXPOSED_HEADERS = ["Location", "Retry-After", "WWW-Authenticate", "Allow"]
+"""Response headers a cross-origin page may read (beyond the CORS-safelisted ones): the new
+run's ``Location``, ``Retry-After`` of a 503, the 401 challenge, a 405's ``Allow``."""
 
 
 def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
@@ -46,12 +49,18 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     for module in (runs, events, queue, tools, health):
         app.include_router(module.router)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
-    origins = cfg.cors_origin_list()
+    _add_cors(app, cfg.cors_origin_list())
+    return app
+
+
+def _add_cors(app: FastAPI, origins: list[str]) -> None:
+    """CORS for ``AGENTLOOP_CORS_ORIGINS`` (off when empty). The API authenticates with a
+    bearer header or a ``?token=``, never a cookie, so ``*`` serves every page; a list of
+    origins also admits credentialed requests (``withCredentials``), which ``*`` cannot."""
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["Location"],
+                           allow_headers=["*"], expose_headers=EXPOSED_HEADERS,
                            allow_credentials="*" not in origins)
-    return app
 
 
 def app_factory() -> FastAPI:

@@ -76,7 +76,10 @@ class Run(BaseModel):
     metadata: dict[str, str]
     queue: QueueCounts
     events_url: str
-    stream_token: str | None = Field(default=None, description="only on POST /runs")
+    stream_token: str | None = Field(default=None, description=(
+        "a fresh token for this run's events (`GET /runs/{id}/events?token=`): read-only, "
+        "scoped to this run, valid AGENTLOOP_STREAM_TOKEN_TTL seconds; every Run returned "
+        "carries a new one"))
 
 
 class RunList(BaseModel):

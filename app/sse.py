@@ -1,18 +1,27 @@
-"""A run's event log as a server-sent-event stream.
+"""A run's event log as a server-sent-event stream (docs/events.md is the client's view).
 
 Each subscriber pulls from the log at its own pace (``wait_events`` after the last seq it sent),
 so reading consumes nothing, any number may subscribe, and a slow one holds at most one page in
 memory and never delays the run or the others: its send blocks only itself. Timeline of one
 subscriber::
 
-    wait_events(after) ─ page ─▶ send ─ wait_events(last) ─ … ─ agent_end (depth 0) ─▶ close
+    retry: <ms> ─ wait_events(after) ─ page ─▶ send ─ … ─ agent_end (depth 0) ─▶ close
     nothing for ``poll`` s ─▶ ``: ping`` ─ run ended and log drained ─▶ close
+    run already ended at the start ─▶ replay what is left without waiting ─▶ close
     backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
     client gone ─▶ noticed at the next send or ping ─▶ generator closed
     client not reading for ``SEND_TIMEOUT`` s ─▶ dropped (it resumes with Last-Event-ID)
 
-Frames: ``id: <seq>``, ``event: <type>``, ``data: <stored JSON>``. All frames of one read go out
-as one body chunk: one ASGI send per wake-up, not one per event.
+(The route answers ``204`` instead when the run has ended and nothing is left after the
+client's position: the HTML spec's signal for an ``EventSource`` to stop reconnecting.)
+
+Framing: an event is ``id: <seq>``, ``event: <type>``, ``data: <stored JSON>`` and a blank
+line. Nothing else we send ends with a blank line: the ``retry:`` hint is one field line that
+joins the next event's block, a ping is one comment line. The HTML spec dispatches nothing for
+either, but popular parsers (httpx-sse, @microsoft/fetch-event-source) turn every blank line
+into an event, so a blank line that ends a block without ``data`` would reach their callers as
+an event with empty data. All frames of one read go out as one body chunk: one ASGI send per
+wake-up, not one per event.
 
 ``EventStreamResponse`` is sse-starlette's ``EventSourceResponse`` (headers, HEAD handling,
 OpenAPI media type) with a leaner streaming path: pings come from the frame generator when it
@@ -39,7 +48,15 @@ PAGE = 200
 """Events read per backend call (bounds a subscriber's buffer)."""
 SEND_TIMEOUT = 30.0
 """Seconds one send may block on a client that does not read before it is dropped."""
-PING = b": ping\n\n"
+PING = b": ping\n"
+"""A comment line alone: bytes on an idle connection (proxies and clients see it alive)
+that no parser turns into an event (no blank line follows it)."""
+
+
+def retry_field(milliseconds: int) -> bytes:
+    """The ``retry:`` field line: how long a client waits before reconnecting. It opens the
+    stream and becomes part of the first event's block (it has no blank line of its own)."""
+    return b"retry: %d\n" % milliseconds
 
 
 def frame(event: StoredEvent) -> bytes:
@@ -59,10 +76,12 @@ async def _ended(backend: Backend, run_id: str) -> bool:
     return record is None or record.status in TERMINAL
 
 
-async def _next_events(backend: Backend, run_id: str, after: int,
-                       poll: float) -> list[StoredEvent] | None:
+async def _next_events(backend: Backend, run_id: str, after: int, poll: float,
+                       ended: bool) -> list[StoredEvent] | None:
     """The next events after ``after`` ([] after ``poll`` s of nothing); None once the run
-    ended and its log is drained."""
+    ended and its log is drained. ``ended``: the run had ended already, nothing to wait for."""
+    if ended:
+        return await backend.read_events(run_id, after, PAGE) or None
     events = await backend.wait_events(run_id, after, poll)
     if events:
         return events[:PAGE]
@@ -71,13 +90,29 @@ async def _next_events(backend: Backend, run_id: str, after: int,
     return []
 
 
+def _chunk(events: list[StoredEvent]) -> tuple[bytes, int, bool]:
+    """(the frames of ``events`` as one chunk, the last seq sent, whether the run's own
+    ``agent_end`` was among them: nothing after it is sent)."""
+    frames = []
+    for event in events:
+        frames.append(frame(event))
+        if _ends_stream(event):
+            return b"".join(frames), event.seq, True
+    return b"".join(frames), events[-1].seq, False
+
+
 async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
-                       first: list[StoredEvent] | None = None) -> AsyncIterator[bytes]:
+                       first: list[StoredEvent] | None = None, *, ended: bool = False,
+                       head: bytes = b"") -> AsyncIterator[bytes]:
     """Replay after ``after`` (starting with ``first``, the page already read, if any), then
     tail, until the run's ``agent_end``: one chunk per read, a ping when idle for ``poll`` s or
-    while the backend is unreachable."""
+    while the backend is unreachable. ``head`` (the ``retry:`` field) opens the first chunk;
+    ``ended``: the run had ended when the stream opened (replay what is left, never wait)."""
     metrics.SSE_SUBSCRIBERS.inc()
     try:
+        if head and not first:
+            yield head  # nothing to replay: the client learns ``retry`` before it waits
+            head = b""
         last = after
         delay = 0.1
         while True:
@@ -86,7 +121,7 @@ async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
                 if first:
                     events, first = first, None
                 else:
-                    events = await _next_events(backend, run_id, last, poll)
+                    events = await _next_events(backend, run_id, last, poll, ended)
             except BackendError as exc:
                 log.warning("event stream of %s: backend unavailable (%s); retrying", run_id,
                             exc, extra={"run_id": run_id})
@@ -100,14 +135,11 @@ async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
             if not events:
                 yield PING
                 continue
-            chunk = []
-            for event in events:
-                chunk.append(frame(event))
-                last = event.seq
-                if _ends_stream(event):
-                    yield b"".join(chunk)
-                    return
-            yield b"".join(chunk)
+            chunk, last, done = _chunk(events)
+            yield head + chunk
+            head = b""
+            if done:
+                return
     finally:
         metrics.SSE_SUBSCRIBERS.dec()
 
@@ -152,8 +184,13 @@ async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
     gone.set()
 
 
-def event_stream(backend: Backend, run_id: str, after: int, *, ping: float,
-                 first: list[StoredEvent] | None = None) -> EventStreamResponse:
-    """The SSE response of a run's events after seq ``after`` (``first``: already read)."""
+def event_stream(backend: Backend, run_id: str, after: int, *, ping: float, retry: float,
+                 first: list[StoredEvent] | None = None,
+                 ended: bool = False) -> EventStreamResponse:
+    """The SSE response of a run's events after seq ``after`` (``first``: already read;
+    ``ended``: the run had ended when it was read). ``retry`` seconds become the ``retry:``
+    field that opens the stream."""
     poll = max(0.05, min(ping, 5.0))
-    return EventStreamResponse(event_frames(backend, run_id, after, poll, first))
+    head = retry_field(max(0, round(retry * 1000)))
+    return EventStreamResponse(event_frames(backend, run_id, after, poll, first, ended=ended,
+                                            head=head))

@@ -1,12 +1,21 @@
-"""``GET /runs/{id}/events``: the run's events as server-sent events (see ``app/sse.py``)."""
+"""``GET /runs/{id}/events``: the run's events as server-sent events (see ``app/sse.py``).
+
+The end of a run is unmistakable to a browser: the stream closes after the run's own
+(``depth`` 0) ``agent_end``, the last event of its log, and any later request for the run's
+events with nothing left after its position (``Last-Event-ID`` or ``?after=``) is ``204 No
+Content``: "a client can be told to stop reconnecting using the HTTP 204 No Content response
+code" (HTML spec, "Server-sent events"), so an ``EventSource`` reconnects once after the end,
+gets 204 and closes for good instead of reconnecting forever.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
+from app.backends.base import TERMINAL
 from app.errors import ApiError, documented
 from app.routes.deps import ServicesDep
 from app.run_view import check_run_id, owned
@@ -35,14 +44,20 @@ def _seq(value: str | None, field: str) -> int:
 async def run_events(run_id: str, request: Request, svc: ServicesDep,
                      after: Annotated[str | None, Query(description="resume after seq")] = None,
                      token: Annotated[str | None, Query(description="stream token")] = None,
-                     last_event_id: Annotated[str | None, Header()] = None) -> EventSourceResponse:
+                     last_event_id: Annotated[str | None, Header()] = None) -> Response:
     """Replay the run's events (after ``Last-Event-ID`` or ``?after=``), then tail them live;
-    the stream closes after ``agent_end``. ``?token=`` accepts the run's stream token."""
+    the stream closes after the run's own ``agent_end`` (``depth`` 0), and a request for an
+    ended run with nothing left after its position is ``204``. ``?token=`` accepts the run's
+    stream token (``GET /runs/{id}`` returns a fresh one)."""
     who = svc.auth.authenticate(request, stream_run_id=run_id)
     start = max(_seq(after, "after"), _seq(last_event_id, "Last-Event-ID"))
     # the access check and the first page of the log in one store round trip
     check_run_id(run_id)
     record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
-    owned(record, run_id, who.tenant)
+    ended = owned(record, run_id, who.tenant).status in TERMINAL
+    if ended and not first:
+        # the run's final status is written with its agent_end, and read before the log here:
+        # an ended run with nothing after ``start`` has nothing left to send, ever
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
     return event_stream(svc.backend, run_id, start, ping=svc.settings.sse_ping_seconds,
-                        first=first)
+                        retry=svc.settings.sse_retry_seconds, first=first, ended=ended)

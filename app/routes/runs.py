@@ -1,4 +1,10 @@
-"""``/runs``: create, read, list and cancel runs."""
+"""``/runs``: create, read, list and cancel runs.
+
+Every Run these routes return carries a fresh ``stream_token`` for its events (read-only, scoped
+to that run and tenant, ``AGENTLOOP_STREAM_TOKEN_TTL`` s): a page renews an expired token, or
+subscribes from a second tab or after a reload, with one ``GET /runs/{id}``. A token is issued
+only to an API-key caller, never in exchange for another token.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from app.run_requests import (
 )
 from app.run_view import RUN_ID, load_run, run_object
 from app.schemas import CreateRun, Run, RunList
+from app.services import Services
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 _STATUSES = ("queued", "running", "completed", "failed", "cancelled")
@@ -72,16 +79,20 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
         else:
             response.status_code = 200
     response.headers["Location"] = f"/runs/{record.id}"
-    run = await run_object(svc.backend, record, fresh=created)
-    run.stream_token = svc.auth.issue_token(record.id, who.tenant)
+    return _with_token(await run_object(svc.backend, record, fresh=created), svc, who.tenant)
+
+
+def _with_token(run: Run, svc: Services, tenant: str) -> Run:
+    """``run`` with a fresh stream token for its events."""
+    run.stream_token = svc.auth.issue_token(run.id, tenant)
     return run
 
 
-@router.get("/runs/{run_id}", response_model=Run, response_model_exclude={"stream_token"},
-            responses=documented(401, 404, 503))
+@router.get("/runs/{run_id}", response_model=Run, responses=documented(401, 404, 503))
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
-    """One of the caller's runs."""
-    return await run_object(svc.backend, await load_run(svc.backend, run_id, who.tenant))
+    """One of the caller's runs, with a fresh ``stream_token`` for its events."""
+    record = await load_run(svc.backend, run_id, who.tenant)
+    return _with_token(await run_object(svc.backend, record), svc, who.tenant)
 
 
 def _metadata_filters(request: Request) -> dict[str, str]:
@@ -104,8 +115,7 @@ def _check_cursor(cursor: str | None) -> None:
                        "cursor")
 
 
-@router.get("/runs", response_model=RunList, response_model_exclude={"runs": {"__all__": {
-    "stream_token"}}}, responses=documented(401, 422, 503))
+@router.get("/runs", response_model=RunList, responses=documented(401, 422, 503))
 async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                     status: str | None = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -122,14 +132,15 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
     except ValueError as exc:
         raise ApiError(422, "validation_error", "invalid cursor", "cursor") from exc
     runs = await asyncio.gather(*(run_object(svc.backend, r) for r in page.runs))
-    return RunList(runs=list(runs), next_cursor=page.next_cursor)
+    return RunList(runs=[_with_token(run, svc, who.tenant) for run in runs],
+                   next_cursor=page.next_cursor)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
-             response_model_exclude={"stream_token"}, responses=documented(401, 404, 503))
+             responses=documented(401, 404, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """Abort the run (idempotent; a no-op once it has ended)."""
     record = await load_run(svc.backend, run_id, who.tenant)
     if record.status not in TERMINAL:
         await svc.backend.request_cancel(run_id)
-    return await run_object(svc.backend, record)
+    return _with_token(await run_object(svc.backend, record), svc, who.tenant)

@@ -82,13 +82,14 @@ def fake_resolver(fake: FakeProvider) -> Callable[[str], tuple[FakeProvider, str
 
 @asynccontextmanager
 async def serve(*, backend: Any = None, worker: bool = True, api_key: str | None = None,
-                **overrides: Any) -> AsyncIterator[Api]:
+                wrap: Callable[[Any], Any] | None = None, **overrides: Any) -> AsyncIterator[Api]:
+    """The app under uvicorn; ``wrap`` puts ASGI middleware of the test's own around it."""
     fake = FakeProvider()
     store = backend if backend is not None else MemoryBackend(lease=5.0)
     app = create_app(make_settings(**overrides), backend=store,
                      resolve_provider=fake_resolver(fake), worker=worker)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with LiveServer(app) as server:
+    with LiveServer(wrap(app) if wrap else app) as server:
         async with httpx.AsyncClient(base_url=server.url, headers=headers,
                                      timeout=httpx.Timeout(10.0)) as client:
             yield Api(server.url, client, fake, store, server, headers)
