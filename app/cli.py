@@ -26,7 +26,7 @@ import uvicorn
 from app.config import Settings, load_settings
 from app.logs import setup_logging
 from app.main import create_app
-from app.services import open_services
+from app.services import check_tool_modules, open_services
 
 log = logging.getLogger(__name__)
 GC_GEN0 = 20_000
@@ -115,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup_logging(settings.log_level, settings.log_format)
     if args.command == "health":
         health(settings, worker=args.worker, port=args.port)
-    elif args.command == "worker":
+        return
+    check_tool_modules(settings)  # one line and exit 1, before uvicorn folds a traceback
+    if args.command == "worker":
         if not settings.redis_url:
             raise SystemExit("agentloop worker: set AGENTLOOP_REDIS_URL; without Redis a worker "
                              "has no runs to take (`agentloop serve` embeds one)")

@@ -59,9 +59,18 @@ class Settings(BaseSettings):
     """Sent as the ``retry:`` field opening every event stream: how long a client waits
     before it reconnects after a dropped connection."""
     tool_modules: str = ""
+    """Comma-separated modules imported at start-up (found on ``sys.path`` or in the working
+    directory) so their ``@function`` tools register; one that cannot be imported stops the
+    service from starting."""
     disabled_tools: str = ""
     tool_timeout: float = Field(default=120.0, gt=0)
     max_result_chars: int = Field(default=32_000, ge=100)
+    run_timeout: float = Field(default=3600.0, ge=0)
+    """Seconds a run may take from its start (resumes included) before it is stopped with
+    ``stop_reason`` ``error``; also the most a run's own ``timeout`` may ask. 0 = no deadline."""
+    default_max_tokens: int = Field(default=8192, ge=0)
+    """``max_tokens`` of every model call whose run sets none; 0 = send none (the provider's
+    own default; Anthropic's adapter, which must send one, then sends 8192)."""
     event_flush_ms: float = Field(default=2.0, ge=0)
     """Least milliseconds between two event writes of one run: while a run streams fast, its
     events go out in batches (one store round trip and one SSE send each); the first event
@@ -91,6 +100,13 @@ class Settings(BaseSettings):
     health_file: Path = Field(
         default_factory=lambda: Path(tempfile.gettempdir()) / "agentloop-worker.health")
     """The heartbeat file a worker touches and ``agentloop health --worker`` reads."""
+
+    @field_validator("run_timeout", "default_max_tokens", mode="before")
+    @classmethod
+    def _off_is_zero(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "off"):
+            return 0
+        return value
 
     @field_validator("openai_profiles")
     @classmethod

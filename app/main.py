@@ -23,7 +23,7 @@ from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
 from app.routes import events, health, queue, runs, tools
 from app.run_requests import ResolveProvider
-from app.services import open_services
+from app.services import check_tool_modules, open_services
 
 API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
 EXPOSED_HEADERS = ["Location", "Retry-After", "WWW-Authenticate", "Allow"]
@@ -80,4 +80,5 @@ def app_factory() -> FastAPI:
     """The app from the environment (for ``uvicorn --factory``)."""
     settings = load_settings()
     setup_logging(settings.log_level, settings.log_format)
+    check_tool_modules(settings)  # one line and exit 1, not a traceback from the lifespan
     return create_app(settings)

@@ -4,7 +4,8 @@ Shape errors were already refused by ``app.schemas`` (422). Here the references 
 each failure an ``ApiError`` naming the field: the model (400 ``invalid_model``), the tool names
 and toolset (400 ``unknown_tool`` / ``unknown_toolset``), a forced ``tool_choice`` naming a tool
 not on the menu (400 ``invalid_tool_choice``), and each message of a list ``input`` (422,
-``input[i].<field>``). The stored request is the body with ``model`` filled in and ``input``
+``input[i].<field>``), a ``timeout`` beyond the server's ``AGENTLOOP_RUN_TIMEOUT`` (422). The
+stored request is the body with ``model`` filled in and ``input``
 normalised; the runner builds the loop from it.
 """
 
@@ -130,6 +131,13 @@ def check_tools(body: CreateRun, *, registry: Registry, disabled: Iterable[str],
         raise ApiError(400, "invalid_tool_choice",
                        f"tool_choice names {choice.name!r}, which is not on this run's menu",
                        "tool_choice")
+
+
+def check_timeout(body: CreateRun, server_timeout: float) -> None:
+    """422 for a ``timeout`` longer than the server allows (``AGENTLOOP_RUN_TIMEOUT``)."""
+    if body.timeout is not None and server_timeout and body.timeout > server_timeout:
+        raise _invalid("timeout", f"at most {server_timeout:g} seconds on this server "
+                       "(AGENTLOOP_RUN_TIMEOUT)")
 
 
 def stored_request(body: CreateRun, model: str) -> dict[str, Any]:

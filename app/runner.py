@@ -27,6 +27,7 @@ from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut,
 from app.events import AgentEnd, RunResumed
 from app.logs import bind
 from app.loop import LoopConfig, LoopOutcome, run_loop
+from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.run_sink import BackendQueue, EventSink, retrying
 from providers.base import ForcedTool, Provider, ToolChoice
@@ -56,6 +57,10 @@ class RunnerDeps:
     max_result_chars: int = 32_000
     flush_interval: float = 0.0
     """Least seconds between two event writes of one run (see ``run_sink``)."""
+    run_timeout: float = 0.0
+    """Seconds a run may take from its start (``AGENTLOOP_RUN_TIMEOUT``; 0: no deadline)."""
+    default_max_tokens: int = 0
+    """``max_tokens`` of model calls whose run sets none (0: send none)."""
 
 
 async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
@@ -187,6 +192,9 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config = loop_config(record, model_id)
     config.tool_timeout = deps.tool_timeout
     config.max_result_chars = deps.max_result_chars
+    config.max_tokens = config.max_tokens or deps.default_max_tokens or None
+    config.deadline = run_deadline(record, deps.run_timeout)
+    config.resolve = deps.resolve_provider
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume_from": resume_from,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
@@ -196,6 +204,16 @@ async def _started(backend: Backend, run_id: str) -> bool:
     """Whether an earlier attempt already emitted ``agent_start``."""
     events = await retrying(lambda: backend.read_events(run_id, 0, limit=50))
     return any(e.type == "agent_start" for e in events)
+
+
+def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:
+    """The run's deadline, counted from its first start (a resumed run keeps it): the shorter
+    of its own ``timeout`` and the server's; None when neither is set."""
+    limits = [t for t in (record.request.get("timeout"), server_timeout) if t]
+    if not limits:
+        return None
+    seconds = float(min(limits))
+    return Deadline(at=(record.started_at or now()) + seconds, seconds=seconds)
 
 
 def split_input(value: object) -> tuple[list[Message], list[Message]]:

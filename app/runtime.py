@@ -1,22 +1,32 @@
 """``runtime.exec`` and ``runtime.stream``: the loop for Python callers and nested tools.
 
 Tools are on by default: with neither ``tools`` nor ``toolset`` a call gets the full registry
-toolset; ``toolset="none"`` or ``tools=[]`` makes a pure text call. Called inside a tool body,
-``exec`` inherits the outer call's tools, model and provider, and its events go to the outer
-sink with ``depth`` + 1 and the parent ``tool_call_id``; cancelling the outer run cancels it.
+toolset; ``toolset="none"`` or ``tools=[]`` makes a pure text call. Outside the service the first
+call loads the tools the service would (the built-ins and ``AGENTLOOP_TOOL_MODULES``), and models
+resolve exactly as in the service (``app.services.model_resolver``: the catalog, the
+``AGENTLOOP_OPENAI_PROFILES``, ``AGENTLOOP_PROVIDER_FACTORY``), with the same defaults
+(``AGENTLOOP_DEFAULT_MODEL``, ``AGENTLOOP_DEFAULT_MAX_TOKENS``, ``AGENTLOOP_RUN_TIMEOUT``).
+Called inside a tool body, ``exec`` inherits the outer call's tools, model, provider and model
+resolver, and its events go to the outer sink with ``depth`` + 1 and the parent
+``tool_call_id``; cancelling the outer run (or its deadline passing) stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
+from app.config import Settings, load_settings, provider_env
 from app.events import Event
 from app.loop import LoopConfig, run_loop
-from app.loop.tool_exec import current_scope
+from app.loop.streaming import Deadline
+from app.loop.tool_exec import ToolScope, current_scope
 from app.queues import MessageSource, QueueMode
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage
@@ -24,7 +34,7 @@ from tool_registry import Menu, build_menu
 
 Resolver = Callable[[str], tuple[Provider, str]]
 _resolver: Resolver | None = None
-_default_model = "demo:echo"
+_default_model: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -39,7 +49,7 @@ class ExecResult:
 
 
 def configure(resolver: Resolver | None, default_model: str | None = None) -> None:
-    """Set how model strings become providers (the service does this at start-up)."""
+    """Set how model strings become providers, overriding the settings-built resolver."""
     global _resolver, _default_model
     _resolver = resolver
     if default_model:
@@ -56,47 +66,72 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                steering: MessageSource | None = None, follow_up: MessageSource | None = None,
                steering_mode: QueueMode = "one-at-a-time",
                follow_up_mode: QueueMode = "one-at-a-time", temperature: float | None = None,
-               max_tokens: int | None = None, provider: Provider | None = None,
-               abort: asyncio.Event | None = None,
+               max_tokens: int | None = None,
+               timeout: float | None = None,  # noqa: ASYNC109 - ends the run with agent_end
+               provider: Provider | None = None, abort: asyncio.Event | None = None,
                on_event: Callable[[Event], None] | None = None) -> ExecResult:
     """Run the tool loop on ``content`` (after ``messages``, a history to continue).
 
     ``max_iterations`` caps model rounds (effective cap ``max(1, n)``; None: no cap).
-    ``provider`` overrides model resolution (tests, custom backends).
+    ``max_tokens`` unset: ``AGENTLOOP_DEFAULT_MAX_TOKENS``. ``timeout``: seconds before the
+    call is stopped with ``stop_reason`` ``error``; unset: ``AGENTLOOP_RUN_TIMEOUT`` for a
+    top-level call, none of its own for a nested one (the outer run's deadline applies).
+    ``provider`` overrides model resolution (tests, custom backends). A forced ``tool_choice``
+    naming a tool that is not on the menu raises ``ValueError``.
     """
     scope = current_scope.get()
-    menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny)
-    label = model or (scope.model if scope else _default_model)
-    client = None
+    settings = load_settings()
+    if scope is None:
+        from app.services import ensure_tools
+
+        ensure_tools(settings)
+    menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny, settings)
+    choice = _choice(tool_choice)
+    _check_forced(choice, menu)
+    label = model or (scope.model if scope else _default_label(settings))
+    resolve, owned = _resolver_for(scope, settings)
     if provider is None and scope is not None and model is None:
         provider = scope.provider
-    if provider is None:
-        provider, client = await _resolve(label)
-    model_id = label.split(":", 1)[1] if ":" in label else label
-    config = LoopConfig(model=model_id, model_label=label, system=system,
-                        tool_choice=_choice(tool_choice), reset_tool_choice=reset_tool_choice,
-                        parallel_tool_calls=parallel_tool_calls, max_iterations=max_iterations,
-                        steering_mode=steering_mode, follow_up_mode=follow_up_mode,
-                        temperature=temperature, max_tokens=max_tokens)
-    emit = on_event or _ignore
-    if scope is not None:
-        config.depth = scope.depth + 1
-        config.parent_tool_call_id = scope.tool_call_id
-        config.run_id = scope.run_id
-        outer = scope.emit
-        emit = outer if on_event is None else _tee(outer, on_event)
-        abort = abort or scope.abort
-    prompts: list[Message] = [] if content is None else [
-        content if isinstance(content, UserMessage) else UserMessage(content=content)]
     try:
+        if provider is None:
+            provider = resolve(label)[0]
+        config = LoopConfig(model=label.split(":", 1)[1] if ":" in label else label,
+                            model_label=label, system=system, tool_choice=choice,
+                            reset_tool_choice=reset_tool_choice,
+                            parallel_tool_calls=parallel_tool_calls,
+                            max_iterations=max_iterations, steering_mode=steering_mode,
+                            follow_up_mode=follow_up_mode, temperature=temperature,
+                            max_tokens=max_tokens or settings.default_max_tokens or None,
+                            deadline=_deadline(timeout, scope, settings), resolve=resolve,
+                            tool_timeout=settings.tool_timeout,
+                            max_result_chars=settings.max_result_chars)
+        emit = on_event or _ignore
+        if scope is not None:
+            emit, abort = _nest(config, scope, on_event, abort)
+        prompts: list[Message] = [] if content is None else [
+            content if isinstance(content, UserMessage) else UserMessage(content=content)]
         outcome = await run_loop(provider=provider, menu=menu, config=config,
                                  context=list(messages or []), emit=emit, prompts=prompts,
                                  steering=steering, follow_up=follow_up, abort=abort)
     finally:
-        if client is not None:
-            await client.aclose()
+        if owned is not None:
+            await owned.aclose()
     return ExecResult(text=outcome.result, messages=outcome.messages,
                       stop_reason=outcome.stop_reason, usage=outcome.usage, error=outcome.error)
+
+
+def _nest(config: LoopConfig, scope: ToolScope, on_event: Callable[[Event], None] | None,
+          abort: asyncio.Event | None) -> tuple[Callable[[Event], None], asyncio.Event]:
+    """A nested call: one level deeper, the outer sink, the outer stop signal, run-unique ids."""
+    config.depth = scope.depth + 1
+    config.parent_tool_call_id = scope.tool_call_id
+    config.run_id = scope.run_id
+    outer = scope.config
+    if outer is not None:
+        config.call_ids = outer.call_ids
+        config.tool_timeout, config.max_result_chars = outer.tool_timeout, outer.max_result_chars
+    emit = scope.emit if on_event is None else _tee(scope.emit, on_event)
+    return emit, abort or scope.abort
 
 
 async def stream(content: str | UserMessage | None = None, **kwargs: Any
@@ -124,12 +159,21 @@ async def stream(content: str | UserMessage | None = None, **kwargs: Any
 
 
 def _menu(tools: Sequence[object] | None, toolset: str | None, source: str | None,
-          allow: Sequence[str] | None, deny: Sequence[str] | None) -> Menu:
+          allow: Sequence[str] | None, deny: Sequence[str] | None, settings: Settings) -> Menu:
+    """The call's menu under the service's gating (``AGENTLOOP_DISABLED_TOOLS``, the
+    ``requires_env`` variables), nested calls included."""
     scope = current_scope.get()
     if tools is None and toolset is None and scope is not None:
         tools = scope.tools  # a nested exec inherits the outer call's menu
     return build_menu(tools=tools, toolset=toolset, tools_source=source, tools_allow=allow,
-                      tools_deny=deny)
+                      tools_deny=deny, disabled=settings.disabled_tool_list(),
+                      env=provider_env())
+
+
+def _check_forced(choice: ToolChoice, menu: Menu) -> None:
+    if isinstance(choice, ForcedTool) and choice.name not in menu.tools:
+        raise ValueError(f"tool_choice names {choice.name!r}, which is not on this call's menu "
+                         f"(tools: {sorted(menu.tools)})")
 
 
 def _choice(value: ToolChoice | str | dict[str, str]) -> ToolChoice:
@@ -142,18 +186,58 @@ def _choice(value: ToolChoice | str | dict[str, str]) -> ToolChoice:
     raise ValueError(f"tool_choice must be auto, required, none or a function, got {value!r}")
 
 
-async def _resolve(label: str) -> tuple[Provider, Any]:
+def _default_label(settings: Settings) -> str:
+    if _default_model is not None:
+        return _default_model
+    from app.services import served_default_model
+
+    return served_default_model(settings, provider_env())
+
+
+def _resolver_for(scope: ToolScope | None,
+                  settings: Settings) -> tuple[Resolver, _SettingsResolver | None]:
+    """The resolver to use, and the one to close afterwards (None when borrowed): the calling
+    run's, else the configured one, else one built from the settings like the service's."""
+    outer = scope.config if scope is not None else None
+    if outer is not None and outer.resolve is not None:
+        return outer.resolve, None
     if _resolver is not None:
-        return _resolver(label)[0], None
-    import os
+        return _resolver, None
+    owned = _SettingsResolver(settings)
+    return owned, owned
 
-    import httpx
 
-    from providers.catalog import Catalog, ProviderSettings
+class _SettingsResolver:
+    """``app.services.model_resolver`` over its own HTTP client, both made on first use (a
+    call given its own ``provider`` needs neither)."""
 
-    client = httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10))
-    provider, _ = Catalog(client, dict(os.environ), ProviderSettings()).resolve(label)
-    return provider, client
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: httpx.AsyncClient | None = None
+        self._resolve: Resolver | None = None
+
+    def __call__(self, spec: str) -> tuple[Provider, str]:
+        if self._resolve is None:
+            from app.services import model_resolver, provider_client
+
+            env = provider_env()
+            self._client = provider_client(self._settings, env)
+            self._resolve = model_resolver(self._settings, env, self._client)
+        return self._resolve(spec)
+
+    async def aclose(self) -> None:
+        """Close the client, if one was made."""
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _deadline(timeout: float | None, scope: ToolScope | None,
+              settings: Settings) -> Deadline | None:
+    seconds = timeout if timeout is not None else (
+        None if scope is not None else settings.run_timeout)
+    if not seconds:
+        return None
+    return Deadline(at=time.time() + seconds, seconds=seconds)
 
 
 def _ignore(event: Event) -> None:

@@ -42,7 +42,13 @@ class CreateRun(BaseModel):
     steering_mode: QueueModeField = "one-at-a-time"
     follow_up_mode: QueueModeField = "one-at-a-time"
     temperature: float | None = Field(default=None, ge=0)
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_tokens: StrictInt | None = Field(
+        default=None, ge=1,
+        description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
+    timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds the run may take from its start before it ends with stop_reason "
+                    "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: dict[str, str] = Field(default_factory=dict)
 
 

@@ -28,7 +28,7 @@ from app.config import Settings, provider_env
 from app.run_requests import ResolveProvider
 from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
-from tool_registry import Registry, default_registry, import_tool_modules
+from tool_registry import Registry, ToolModuleError, default_registry, import_tool_modules
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,32 @@ def make_store(settings: Settings) -> Backend:
                         run_ttl=settings.run_ttl, client_name=settings.worker_name)
 
 
+def model_resolver(settings: Settings, env: dict[str, str],
+                   client: httpx.AsyncClient) -> ResolveProvider:
+    """How ``"provider:model"`` becomes a provider, for the service and a plain ``runtime.exec``
+    alike: ``AGENTLOOP_PROVIDER_FACTORY`` when set, else the catalog with the built-in providers
+    and the ``AGENTLOOP_OPENAI_PROFILES`` (``.env`` included) over ``client``."""
+    if settings.provider_factory:
+        from app.worker import load_factory
+
+        return load_factory(settings.provider_factory)
+    return Catalog(client, env, provider_settings(settings)).resolve
+
+
+def served_default_model(settings: Settings, env: dict[str, str]) -> str:
+    """The model used when a run (or a ``runtime.exec``) names none."""
+    return settings.default_model or default_model(env)
+
+
+_tools_loaded = False
+
+
 def load_tools(settings: Settings) -> None:
-    """Register built-in and operator tools and configure the built-ins."""
+    """Register built-in and operator tools and configure the built-ins.
+
+    Raises ``ToolModuleError`` (one readable line) for a tool module that cannot be imported.
+    """
+    global _tools_loaded
     import tool_registry.builtin as builtin
     from tool_registry.builtin.settings import BuiltinSettings
 
@@ -81,6 +105,7 @@ def load_tools(settings: Settings) -> None:
         workspace_max_bytes=settings.workspace_max_bytes,
         code_timeout_max=settings.code_timeout_max,
         fetch_allow_private=settings.fetch_allow_private, **extra))
+    _tools_loaded = True
 
 
 async def probe_sandbox() -> str:
@@ -98,6 +123,31 @@ async def probe_sandbox() -> str:
     return str(sandbox.sandbox_mode())
 
 
+def ensure_tools(settings: Settings) -> None:
+    """``load_tools`` once per process, for a ``runtime.exec`` outside the service (whose
+    tools are on by default, as in the service); built-in settings a script ``configure``-d
+    itself are kept."""
+    global _tools_loaded
+    if _tools_loaded:
+        return
+    from tool_registry.builtin import settings as builtin_settings
+
+    if builtin_settings.configured():
+        import_tool_modules(settings.tool_module_list())
+        _tools_loaded = True
+    else:
+        load_tools(settings)
+
+
+def check_tool_modules(settings: Settings) -> None:
+    """Import the operator's tool modules before anything starts; exit with one line on
+    stderr when one cannot be imported (the service does not start without its tools)."""
+    try:
+        import_tool_modules(settings.tool_module_list())
+    except ToolModuleError as exc:
+        raise SystemExit(f"agentloop: {exc}") from None
+
+
 def worker_name() -> str:
     """A name unique to this process."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -109,7 +159,8 @@ def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
             "lease": cfg.lease_seconds, "heartbeat": cfg.heartbeat_seconds,
             "disabled_tools": cfg.disabled_tool_list(), "env": env,
             "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
-            "flush_interval": cfg.event_flush_ms / 1000}
+            "flush_interval": cfg.event_flush_ms / 1000, "run_timeout": cfg.run_timeout,
+            "default_max_tokens": cfg.default_max_tokens}
 
 
 async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None]:
@@ -169,23 +220,18 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                         worker: bool = True) -> AsyncIterator[Services]:
     """Build, start and finally close the process's shared resources."""
     env = provider_env()
-    psettings = provider_settings(settings)
     async with provider_client(settings, env) as client:
-        catalog = Catalog(client, env, psettings)
         store = backend if backend is not None else make_store(settings)
         auth = Authenticator(settings.api_key_map(), secret=settings.stream_token_secret,
                              token_ttl=settings.stream_token_ttl)
-        if resolve_provider is None and settings.provider_factory:
-            from app.worker import load_factory
-
-            resolve_provider = load_factory(settings.provider_factory)
         svc = Services(settings=settings, backend=store, auth=auth,
-                       resolve_provider=resolve_provider or catalog.resolve,
-                       default_model=settings.default_model or default_model(env), env=env,
+                       resolve_provider=resolve_provider or model_resolver(settings, env, client),
+                       default_model=served_default_model(settings, env), env=env,
                        client=client)
         load_tools(settings)
         sandbox = await probe_sandbox()
-        metrics.configure_labels(registry=svc.registry, providers=psettings.profiles)
+        metrics.configure_labels(registry=svc.registry,
+                                 providers=provider_settings(settings).profiles)
         await _start_store(store)
         stop = asyncio.Event()
         try:

@@ -88,7 +88,9 @@ class ToolCallDelta:
 
 @dataclass(slots=True)
 class ToolCallEnd:
-    """Closes a tool call. ``id``/``name`` fill in values the wire only sent late."""
+    """Closes a tool call. ``name`` fills in a name the wire only sent late; ``id`` is used only
+    when no ``toolcall_start`` opened the call (a call keeps the id it opened with, the one its
+    events already carry). A call the stream never closes is never run (``accumulate``)."""
 
     content_index: int
     id: str | None = None

@@ -2,7 +2,13 @@
 
 from tool_registry.function import FunctionTool, function
 from tool_registry.policy import Menu, MenuError, build_menu
-from tool_registry.registry import Registry, as_tool, default_registry, import_tool_modules
+from tool_registry.registry import (
+    Registry,
+    ToolModuleError,
+    as_tool,
+    default_registry,
+    import_tool_modules,
+)
 from tool_registry.types import (
     ArgumentError,
     CancelSignal,
@@ -23,6 +29,7 @@ __all__ = [
     "Registry",
     "Tool",
     "ToolContext",
+    "ToolModuleError",
     "ToolOptions",
     "ToolResult",
     "as_tool",

@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
+import sys
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -138,13 +141,47 @@ default_registry = Registry()
 """The process-wide registry ``@function`` adds to."""
 
 
+class ToolModuleError(ImportError):
+    """A tool module could not be imported; the message is one line naming the module, the
+    cause and, for an error inside the module, its file and line."""
+
+
 def import_tool_modules(modules: Iterable[str]) -> list[str]:
-    """Import modules whose ``@function`` tools join the registry; returns those imported."""
+    """Import modules whose ``@function`` tools join the registry; returns those imported.
+
+    Modules are looked up on ``sys.path`` and then in the working directory (``mytools`` finds
+    ``./mytools.py`` even under the ``agentloop`` console script, whose ``sys.path`` does not
+    hold it). Raises ``ToolModuleError`` for the first module that fails to import.
+    """
     done = []
     for mod in modules:
         mod = mod.strip()
         if mod:
-            importlib.import_module(mod)
+            _import(mod)
             done.append(mod)
             log.info("imported tool module %s", mod)
     return done
+
+
+def _import(module: str) -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)  # after everything else: never shadows an installed module
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any failure inside the module: reported as one line
+        raise ToolModuleError(_why(module, exc), name=module) from exc
+
+
+def _why(module: str, exc: Exception) -> str:
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+    elif not isinstance(exc, ImportError) or exc.name != module:
+        frames = traceback.extract_tb(exc.__traceback__)
+        own = [f for f in frames if "importlib" not in f.filename]
+        if own:
+            where = f" ({own[-1].filename}, line {own[-1].lineno})"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return (f"cannot import tool module {module!r} (AGENTLOOP_TOOL_MODULES): "
+            f"{type(exc).__name__}: {text}{where}")

@@ -36,7 +36,7 @@ from app.events import (
     TurnStart,
 )
 from app.loop.history import repair, unanswered_calls
-from app.loop.streaming import CANCELLED, Abortable, stream_assistant
+from app.loop.streaming import Abortable, Deadline, stream_assistant
 from app.loop.tool_exec import (
     CUT_OFF_BY_LENGTH,
     SKIPPED_FOR_STEERING,
@@ -45,7 +45,7 @@ from app.loop.tool_exec import (
     run_tool,
 )
 from app.queues import MessageSource, QueuedMessage, QueueMode
-from providers.base import ModelRequest, Provider, ToolChoice
+from providers.base import ForcedTool, ModelRequest, Provider, ToolChoice
 from providers.messages import (
     AssistantMessage,
     Message,
@@ -86,6 +86,12 @@ class LoopConfig:
     workspace: Path | None = None
     depth: int = 0
     parent_tool_call_id: str | None = None
+    deadline: Deadline | None = None
+    """When the run must be over (``AGENTLOOP_RUN_TIMEOUT`` / ``timeout``); None: no deadline."""
+    resolve: Callable[[str], tuple[Provider, str]] | None = None
+    """How a nested ``runtime.exec(model=...)`` in a tool body resolves its model."""
+    call_ids: set[str] | None = None
+    """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -116,8 +122,15 @@ class AgentLoop:
         self._emit_raw = emit
         self.steering = steering
         self.follow_up = follow_up
-        self.abort = abort
-        self.abortable = Abortable(abort)
+        self.abortable = Abortable(abort, config.deadline)
+        self.abort = self.abortable.signal
+        """Set on cancel or once the deadline passes: what tools and nested loops watch."""
+        if config.call_ids is None:
+            config.call_ids = set()
+        self.call_ids = config.call_ids
+        self.call_ids.update(_call_ids(context))
+        if isinstance(config.tool_choice, ForcedTool):  # forcing a deferred tool loads it
+            menu.load([config.tool_choice.name])
         self.added: list[Message] = []
         self.tool_choice: ToolChoice = config.tool_choice
         self.rounds = 0
@@ -147,7 +160,7 @@ class AgentLoop:
                 self.turn = sum(isinstance(m, AssistantMessage) for m in resume_from)
             outcome = await self._run(prompts, resume=resume_from is not None)
         except _Aborted:
-            outcome = self._outcome("aborted", CANCELLED)
+            outcome = self._outcome(*self.abortable.stop_reason())
         except asyncio.CancelledError:
             await self._release_pending()
             raise
@@ -199,7 +212,7 @@ class AgentLoop:
         await self._inject_pending()
         request = self._request()
         message, self.invalid_args = await stream_assistant(self.provider, request, self.emit,
-                                                            self.abortable)
+                                                            self.abortable, self.call_ids)
         self._append(message)
         self._maybe_reset_choice(message)
         return message
@@ -229,7 +242,7 @@ class AgentLoop:
         cut_off = message is not None and message.stop_reason == "length"
         for call in calls:
             if self.abort.is_set():
-                results.append(self._skip(call, ABORTED_TOOL))
+                results.append(self._skip(call, self._stopped_tool()))
             elif self.pending_msgs:
                 results.append(self._skip(call, SKIPPED_FOR_STEERING))
             elif cut_off:
@@ -272,7 +285,11 @@ class AgentLoop:
             current_scope.reset(token)
         if await self.abortable.run(task):
             return task.result()
-        return ToolResult.text(ABORTED_TOOL, is_error=True)
+        return ToolResult.text(self._stopped_tool(), is_error=True)
+
+    def _stopped_tool(self) -> str:
+        deadline = self.abortable.deadline
+        return deadline.tool_note() if self.abortable.expired and deadline else ABORTED_TOOL
 
     def _finish_call(self, call: ToolCall, result: ToolResult) -> ToolResultMessage:
         self.emit(ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
@@ -334,6 +351,15 @@ class AgentLoop:
             result = last.text() if last is not None and last.text() else None
         return LoopOutcome(stop_reason=reason, error=error, result=result,
                            messages=self.added, usage=usage)
+
+
+def _call_ids(messages: list[Message]) -> set[str]:
+    """Every tool-call id a history already uses (calls and results)."""
+    ids = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            ids.update(c.id for c in m.tool_calls())
+    return ids
 
 
 async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,

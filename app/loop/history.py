@@ -20,36 +20,43 @@ NO_RESULT = "No result provided"
 
 
 def repair(messages: list[Message]) -> list[Message]:
-    """The history as the model may see it (see module docstring)."""
+    """The history as the model may see it (see module docstring).
+
+    A result answers a call of the assistant message it follows, the first of that id not yet
+    answered: ids are compared within that one turn only, so histories whose provider reused
+    ids (``call_1`` every round, or twice in one reply) keep every result.
+    """
     out: list[Message] = []
-    dropped_calls: set[str] = set()
     open_calls: list[ToolCall] = []
-    answered: set[str] = set()
+    answered: set[int] = set()  # positions in open_calls
 
     def close_open() -> None:
-        for call in open_calls:
-            if call.id not in answered:
+        for i, call in enumerate(open_calls):
+            if i not in answered:
                 out.append(text_result(NO_RESULT, tool_call_id=call.id, tool_name=call.name,
-                                        is_error=True))
+                                       is_error=True))
         open_calls.clear()
+        answered.clear()
 
     for msg in messages:
         if isinstance(msg, ToolResultMessage):
-            if msg.tool_call_id in dropped_calls or msg.tool_call_id in answered:
-                continue
-            if any(c.id == msg.tool_call_id for c in open_calls):
-                answered.add(msg.tool_call_id)
+            i = _first_open(open_calls, answered, msg.tool_call_id)
+            if i is not None:
+                answered.add(i)
                 out.append(msg)
             continue  # a result for no call the model can see: leave it out
         close_open()
         if isinstance(msg, AssistantMessage):
             if msg.stop_reason in ("error", "aborted"):
-                dropped_calls.update(c.id for c in msg.tool_calls())
-                continue
+                continue  # dropped; its calls (never run) open nothing
             open_calls.extend(msg.tool_calls())
         out.append(msg)
     close_open()
     return out
+
+
+def _first_open(calls: list[ToolCall], answered: set[int], call_id: str) -> int | None:
+    return next((i for i, c in enumerate(calls) if c.id == call_id and i not in answered), None)
 
 
 def unanswered_calls(messages: list[Message]) -> list[ToolCall]:
@@ -59,8 +66,14 @@ def unanswered_calls(messages: list[Message]) -> list[ToolCall]:
         if isinstance(msg, AssistantMessage):
             if msg.stop_reason in ("error", "aborted", "length"):
                 return []
-            done = {m.tool_call_id for m in messages[i + 1:] if isinstance(m, ToolResultMessage)}
-            return [c for c in msg.tool_calls() if c.id not in done]
+            calls = msg.tool_calls()
+            answered: set[int] = set()
+            for result in messages[i + 1:]:
+                if isinstance(result, ToolResultMessage):
+                    j = _first_open(calls, answered, result.tool_call_id)
+                    if j is not None:
+                        answered.add(j)
+            return [c for j, c in enumerate(calls) if j not in answered]
         if not isinstance(msg, ToolResultMessage):
             return []
     return []

@@ -2,16 +2,20 @@
 
 ``stream_assistant`` emits ``message_start`` (an assistant message with empty content), one
 ``message_update`` per text/thinking/tool-call delta (deltas only), then ``message_end`` with the
-complete message. A provider that raises, or whose stream ends without ``done``/``error``, gives
-a message with stop reason ``error``; an abort closes the stream and gives ``aborted``.
+complete message. A provider that raises (``CancelledError`` included, when nobody cancelled
+the run), or whose stream ends without ``done``/``error``, gives a message with stop reason
+``error``; an abort closes the stream and gives ``aborted``; a run deadline that passes closes it
+and gives ``error`` saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from app.events import Event, MessageEnd, MessageStart, MessageUpdate
 from providers.accumulate import Accumulator
@@ -31,31 +35,71 @@ log = logging.getLogger(__name__)
 CANCELLED = "Run cancelled"
 
 
-class Abortable:
-    """Runs one task at a time that the run's abort signal cancels.
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """When a run must be over: ``at`` (wall-clock epoch seconds, so it holds across a resume
+    on another worker) and the ``seconds`` it was given (for the messages)."""
 
-    One watcher task per loop run (not one waiter per model call or tool): when ``abort`` is
-    set it cancels whatever task is current; a task started after that is cancelled at once.
-    ``close`` ends the watcher. Timeline::
+    at: float
+    seconds: float
+
+    def error(self) -> str:
+        """The run's ``error`` once the deadline has passed."""
+        return (f"run timed out: it passed its deadline of {self.seconds:g} s "
+                "(the run's timeout) and was stopped")
+
+    def tool_note(self) -> str:
+        """The result of a tool call the deadline stopped or skipped."""
+        return f"Tool execution stopped: the run passed its deadline of {self.seconds:g} s."
+
+
+class Abortable:
+    """Runs one task at a time that the run's stop signal cancels.
+
+    The run stops when ``abort`` is set (a cancel) or once its ``deadline`` passes. One watcher
+    task per loop run (not one waiter per model call or tool) then sets ``signal`` (what tools
+    and nested loops watch; ``abort`` itself when there is no deadline, so a deadline never sets
+    the caller's event) and cancels whatever task is current; a task started after that is
+    cancelled at once. ``expired`` says the deadline was the cause. ``close`` ends the watcher.
+    Timeline::
 
         run(stream task) ──────────────── done ─ run(tool task) ──╳ cancelled ─▶ False
-        watcher ─ abort.wait() ──────────────────────── set ─┘ cancel current
+        watcher ─ abort.wait() / deadline ───────────── set ─┘ signal set, cancel current
     """
 
-    def __init__(self, abort: asyncio.Event) -> None:
+    def __init__(self, abort: asyncio.Event, deadline: Deadline | None = None) -> None:
         self.abort = abort
+        self.deadline = deadline
+        self.expired = deadline is not None and deadline.at <= time.time()
+        self.signal = abort if deadline is None else asyncio.Event()
+        if self.expired:  # already past (a resumed run): stop before the first step
+            self.signal.set()
         self._current: asyncio.Future[Any] | None = None
         self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
-        await self.abort.wait()
+        if self.deadline is None:
+            await self.abort.wait()
+        else:
+            try:
+                async with asyncio.timeout(self.deadline.at - time.time()):
+                    await self.abort.wait()
+            except TimeoutError:
+                self.expired = True
+            self.signal.set()
         if self._current is not None:
             self._current.cancel()
 
+    def stop_reason(self) -> tuple[Literal["error", "aborted"], str]:
+        """How a run the signal stopped ends: ``error`` past its deadline, else ``aborted``."""
+        if self.expired and self.deadline is not None:
+            return "error", self.deadline.error()
+        return "aborted", CANCELLED
+
     async def run(self, task: asyncio.Future[Any]) -> bool:
-        """Wait for ``task``; True when it finished on its own, False when the abort cancelled
-        it. Cancelling the caller cancels the task too (and propagates)."""
-        if self.abort.is_set():
+        """Wait for ``task``; True when it finished on its own, False when the stop signal
+        cancelled it. Cancelling the caller cancels the task too (and propagates)."""
+        if self.signal.is_set():
             task.cancel()
         self._current = task
         try:
@@ -75,14 +119,22 @@ class Abortable:
 
 
 async def stream_assistant(provider: Provider, request: ModelRequest,
-                           emit: Callable[[Event], None], abort: Abortable
+                           emit: Callable[[Event], None], abort: Abortable,
+                           taken_ids: set[str] | None = None
                            ) -> tuple[AssistantMessage, dict[str, str]]:
-    """One model call as events; returns the message and ``{tool_call_id: bad-args reason}``."""
-    acc = Accumulator(provider.name, request.model)
+    """One model call as events; returns the message and ``{tool_call_id: bad-args reason}``.
+
+    ``taken_ids``: the run's tool-call ids so far (the new calls' ids are added; see
+    ``providers.accumulate``)."""
+    acc = Accumulator(provider.name, request.model, taken_ids=taken_ids)
     started: list[bool] = []
     task = asyncio.ensure_future(_consume(provider, request, acc, emit, started))
     if not await abort.run(task):
-        acc.abort(CANCELLED)
+        reason, error = abort.stop_reason()
+        if reason == "error":
+            acc.fail(error)
+        else:
+            acc.abort(error)
     if not started:
         _start(acc, emit, started)
     message = acc.message
@@ -112,6 +164,13 @@ async def _consume(provider: Provider, request: ModelRequest, acc: Accumulator,
                 break
         if not acc.finished:
             acc.fail("the provider stream ended without a final event")
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the run is being stopped
+        log.warning("provider %s raised CancelledError", provider.name)
+        acc.fail("provider error: the provider stream raised CancelledError (the run was not "
+                 "cancelled)")
     except Exception as exc:  # a provider bug: the contract says it never raises
         log.warning("provider %s raised: %r", provider.name, exc)
         acc.fail(f"provider error: {type(exc).__name__}: {exc}")

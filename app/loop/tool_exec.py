@@ -1,7 +1,9 @@
 """Running one picked function: lookup, validation, timeout, result cap, cancellation.
 
 Every failure is data: ``run_tool`` returns a ``ToolResult`` with ``is_error`` set and a sentence
-the model can act on; it raises only ``asyncio.CancelledError`` when its own task is cancelled.
+the model can act on; it raises only ``asyncio.CancelledError`` when its own task is cancelled
+(a ``CancelledError`` the tool body raises while nobody cancelled the call is a failure like any
+other).
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import asyncio
 import contextvars
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from providers.messages import ImageContent, TextContent, ToolCall
 from tool_registry import ArgumentError, Menu, ToolContext, ToolResult
 from tool_registry.registry import AnyTool
+
+if TYPE_CHECKING:
+    from app.loop.agent import LoopConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,12 @@ class ToolScope:
     provider: Any
     abort: asyncio.Event
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> LoopConfig | None:
+        """The calling loop's settings (``extra["config"]``), or None."""
+        config: LoopConfig | None = self.extra.get("config")
+        return config
 
 
 current_scope: contextvars.ContextVar[ToolScope | None] = contextvars.ContextVar(
@@ -79,7 +90,13 @@ async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_time
     except TimeoutError:
         return ToolResult.text(f"Tool {call.name} timed out after {timeout:g} s", is_error=True)
     except asyncio.CancelledError:
-        raise
+        current = asyncio.current_task()
+        if current is None or current.cancelling():
+            raise  # this call is being cancelled (the run's cancel or deadline)
+        log.debug("tool %s raised CancelledError", call.name, exc_info=True)
+        return ToolResult.text(f"Tool {call.name} failed: its code raised CancelledError (some "
+                               "work inside it was cancelled); the run was not cancelled",
+                               is_error=True)
     except Exception as exc:
         log.debug("tool %s raised", call.name, exc_info=True)
         return ToolResult.text(str(exc) or type(exc).__name__, is_error=True)

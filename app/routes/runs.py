@@ -23,7 +23,13 @@ from app.events import RunCreated
 from app.logs import bind
 from app.routes.deps import PrincipalDep, ServicesDep
 from app.routes.strict_json import StrictJsonRoute
-from app.run_requests import check_model, check_tools, request_hash, stored_request
+from app.run_requests import (
+    check_model,
+    check_timeout,
+    check_tools,
+    request_hash,
+    stored_request,
+)
 from app.run_view import RUN_ID, load_run, run_object
 from app.schemas import CreateRun, Run, RunList
 from app.services import Services
@@ -58,6 +64,7 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
     check_model(model, svc.resolve_provider)
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
                 env=svc.env)
+    check_timeout(body, svc.settings.run_timeout)
     record = RunRecord(id=new_run_id(), tenant=who.tenant, model=model,
                        created_at=time.time(), metadata=dict(body.metadata),
                        request=stored_request(body, model))

@@ -72,15 +72,22 @@ class BuiltinSettings:
 
 
 _current = BuiltinSettings()
+_configured = False
 _listeners: list[Callable[[BuiltinSettings], None]] = []
 
 
 def configure(settings: BuiltinSettings) -> None:
     """Make ``settings`` current for every later tool call."""
-    global _current
+    global _current, _configured
     _current = settings
+    _configured = True
     for listener in _listeners:
         listener(settings)
+
+
+def configured() -> bool:
+    """Whether anyone called ``configure`` (else the defaults are in force)."""
+    return _configured
 
 
 def current() -> BuiltinSettings:
