@@ -21,6 +21,7 @@ from app.config import Settings, load_settings
 from app.errors import install_error_handlers
 from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
+from app.methods import HeadAsGet
 from app.openapi import install_contract
 from app.routes import events, health, queue, runs, tools
 from app.run_requests import ResolveProvider
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     install_contract(app)
     for module in (runs, events, queue, tools, health):
         app.include_router(module.router)
+    app.add_middleware(HeadAsGet, routes=app.routes)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
     _add_cors(app, cfg.cors_origin_list())
