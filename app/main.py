@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 from starlette.types import Scope
 
 from app.backends.base import Backend
@@ -46,8 +47,9 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
             app.state.services = services
             yield
 
-    app = FastAPI(title="agentloop", version="1", description=API_DESCRIPTION,
-                  lifespan=lifespan)
+    # /docs (Swagger UI) and /redoc from assets shipped in the package, never from a CDN
+    app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
+                         lifespan=lifespan)
     install_error_handlers(app)
     install_contract(app)
     for module in (runs, events, queue, tools, health):
