@@ -7,11 +7,37 @@ ignored.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
 QueueModeField = Literal["one-at-a-time", "all"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    """A reference to a component of ``app/wire_schema.py``; ``app.openapi`` turns it into a
+    ``$ref`` (pydantic would try to resolve a ``$ref`` among its own definitions)."""
+    return {"x-component": name}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Fields kept as plain JSON at run time (they are already validated or built from the domain
+# types) but documented as the named schemas they are
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+OptionalDateTime = Annotated[str | None, WithJsonSchema(
+    _nullable({"type": "string", "format": "date-time"}))]
+UsageJson = Annotated[dict[str, int], WithJsonSchema(_ref("Usage"))]
+MessagesJson = Annotated[list[dict[str, Any]], WithJsonSchema(
+    {"type": "array", "items": _ref("Message")})]
+InputJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("MessageInput")}]})]
+ContentInJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("UserContentInput")}]})]
+ContentOutJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("UserContent")}]})]
 
 
 class ForcedChoice(BaseModel):
@@ -28,7 +54,7 @@ class CreateRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, description="provider:model; server default if unset")
-    input: str | list[dict[str, Any]] = Field(description="a user message, or a conversation")
+    input: InputJson = Field(description="a user message, or a conversation")
     system: str | None = None
     tools: list[str] | None = None
     toolset: str | None = None
@@ -63,16 +89,17 @@ class Run(BaseModel):
     """The Run object."""
 
     id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled"],
+                      WithJsonSchema(_ref("RunStatus"))]
     model: str
-    created_at: str
-    started_at: str | None
-    ended_at: str | None
-    stop_reason: str | None
+    created_at: DateTime
+    started_at: OptionalDateTime
+    ended_at: OptionalDateTime
+    stop_reason: Annotated[str | None, WithJsonSchema(_nullable(_ref("RunStopReason")))]
     error: str | None
     result: str | None
-    usage: dict[str, int]
-    messages: list[dict[str, Any]]
+    usage: UsageJson
+    messages: MessagesJson
     metadata: dict[str, str]
     queue: QueueCounts
     events_url: str
@@ -93,7 +120,7 @@ class QueueMessageIn(BaseModel):
     """``POST /runs/{id}/steer`` and ``/follow_up`` body."""
 
     model_config = ConfigDict(extra="forbid")
-    content: str | list[dict[str, Any]]
+    content: ContentInJson
 
 
 class Queued(BaseModel):
@@ -110,7 +137,7 @@ class QueueItem(BaseModel):
     message_id: str
     kind: Literal["steer", "follow_up"]
     position: int
-    content: str | list[dict[str, Any]]
+    content: ContentOutJson
 
 
 class QueueList(BaseModel):

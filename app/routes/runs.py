@@ -51,7 +51,7 @@ def _check_idempotency_key(key: str | None) -> None:
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
 
 
-@router.post("/runs", status_code=201, response_model=Run,
+@router.post("/runs", status_code=201, operation_id="createRun", response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
                         **documented(400, 401, 409, 413, 415, 422, 503)})
 async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
@@ -88,7 +88,8 @@ def _with_token(run: Run, svc: Services, tenant: str) -> Run:
     return run
 
 
-@router.get("/runs/{run_id}", response_model=Run, responses=documented(401, 404, 503))
+@router.get("/runs/{run_id}", response_model=Run, operation_id="getRun",
+            responses=documented(401, 404, 503))
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """One of the caller's runs, with a fresh ``stream_token`` for its events."""
     record = await load_run(svc.backend, run_id, who.tenant)
@@ -115,7 +116,8 @@ def _check_cursor(cursor: str | None) -> None:
                        "cursor")
 
 
-@router.get("/runs", response_model=RunList, responses=documented(401, 422, 503))
+@router.get("/runs", response_model=RunList, operation_id="listRuns",
+            responses=documented(401, 422, 503))
 async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                     status: str | None = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -137,7 +139,7 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
-             responses=documented(401, 404, 503))
+             operation_id="cancelRun", responses=documented(401, 404, 413, 415, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """Abort the run (idempotent; a no-op once it has ended)."""
     record = await load_run(svc.backend, run_id, who.tenant)
