@@ -66,7 +66,9 @@ async def tools_loaded(page: Page) -> None:
 async def start_run(page: Page, text: str) -> None:
     await page.fill("#message", text)
     await page.click("#send")
-    await page.wait_for_selector("#cancel:not([hidden])", timeout=WAIT)
+    # the run is shown (a quick one may already have ended: its cancel button gone again)
+    # (a page condition polled as a string would be an eval, which the page's CSP refuses)
+    await page.wait_for_url(lambda url: "#run=run_" in url, timeout=WAIT)
 
 
 async def event_seqs(page: Page) -> list[int]:
