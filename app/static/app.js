@@ -127,6 +127,8 @@ class Playground {
   async refreshRuns() {
     const {runs} = await this.call(() => this.client.listRuns(20));
     this.runs.show(runs, this.run?.id);
+    const models = new Set(['demo:echo', ...runs.map((run) => run.model)]);
+    $('models').replaceChildren(...[...models].map((model) => el('option', {value: model})));
   }
 
   reset() {

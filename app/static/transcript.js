@@ -52,10 +52,11 @@ export class Transcript {
   }
 
   userMessage(box, message, depth) {
-    const kind = depth === 0 && this.seenPrompt ? this.taken() : 'prompt';
+    const kind = depth > 0 ? 'task' : this.seenPrompt ? this.taken() : 'prompt';
     if (depth === 0) this.seenPrompt = true;
-    const label = {prompt: 'you', steer: 'you · steer', follow_up: 'you · follow-up'}[kind];
-    box.append(el('div', {class: `user ${kind}`}, el('span', {class: 'who'}, label ?? 'you'),
+    const label = {prompt: 'you', steer: 'you · steer', follow_up: 'you · follow-up',
+      task: 'task from the tool'}[kind] ?? 'you';
+    box.append(el('div', {class: `user ${kind}`}, el('span', {class: 'who'}, label),
       el('div', {class: 'text'}, textOf(message.content))));
   }
 
@@ -77,6 +78,8 @@ export class Transcript {
       this.calls.get(d.tool_call_id)?.querySelector('.args').append(d.text);
     } else if (d.kind === 'toolcall_end') {
       this.showArgs(d.tool_call_id, d.arguments);
+      const state = this.calls.get(d.tool_call_id)?.querySelector('.tool-state');
+      if (state) state.textContent = 'waiting';
     }
   }
 
@@ -93,7 +96,7 @@ export class Transcript {
   toolCard(parent, id, name) {
     const card = el('div', {class: 'tool running', 'data-call': id},
       el('div', {class: 'tool-head'}, el('span', {class: 'tool-name'}, name),
-        el('span', {class: 'tool-state'}, 'calling…')),
+        el('span', {class: 'tool-state'}, 'streaming…')),
       el('pre', {class: 'args'}), el('div', {class: 'progress'}),
       el('div', {class: 'nested'}), el('pre', {class: 'result'}));
     parent.append(card);
