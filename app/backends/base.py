@@ -74,6 +74,8 @@ class RunRecord:
     worker: str | None = None
     last_seq: int = 0
     """The seq of the last event written (the next event gets ``last_seq + 1``)."""
+    loaded_tools: list[str] = field(default_factory=list)
+    """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
 
 
 @dataclass(slots=True, frozen=True)

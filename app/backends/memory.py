@@ -407,4 +407,5 @@ def parse_cursor(cursor: str | None) -> tuple[float, str] | None:
 def _copy(record: RunRecord) -> RunRecord:
     """A copy callers may change freely. ``request`` is shared: it is never changed after the
     run is created (a deep copy of it was most of the cost of every read)."""
-    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))
+    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata),
+                   loaded_tools=list(record.loaded_tools))
