@@ -84,7 +84,7 @@ async def test_a_follow_up_queued_during_the_hand_back_is_taken_as_the_loop_woul
 
 async def test_an_interrupted_tool_call_is_ended_as_lost_then_run_again(backend: Backend) -> None:
     resumable.reset()
-    provider, resolve = shared(by_round(fake.tool_calls(("hold", {}, "call_h")),
+    _, resolve = shared(by_round(fake.tool_calls(("hold", {}, "call_h")),
                                         fake.text("done")))
     rec, _ = await backend.create_run(new_record(tools=["hold"]))
     await hand_back_at(backend, resolve, resumable.HOLD.reached, rec.id)
@@ -129,6 +129,7 @@ async def test_a_reply_cut_off_mid_stream_is_ended_as_lost_and_asked_again_in_it
     await watcher
     end = await resume(backend, resolve, rec.id)
     assert (end.status, end.result) == ("completed", "whole reply")
+    assert len(provider.requests) == 2  # the cut call is made again, in the same turn
     log = await events(backend, rec.id)
     assert_clean_log(log)
     types = [e["type"] for e in log]
@@ -154,7 +155,7 @@ async def test_a_nested_loop_cut_by_the_hand_back_is_ended_at_every_depth(
         out = await runtime.exec("go", provider=FakeProvider([step]), toolset="none")
         return f"inner: {out.result}"
 
-    provider, resolve = shared(by_round(fake.tool_calls(("delegate", {}, "call_d")),
+    _, resolve = shared(by_round(fake.tool_calls(("delegate", {}, "call_d")),
                                         fake.text("outer done")))
     rec, _ = await backend.create_run(new_record(tools=["delegate"]))
     nested = asyncio.Event()
