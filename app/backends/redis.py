@@ -6,7 +6,7 @@ Key layout in ``redis_keys``; every per-run write is one Lua script from ``redis
 worker (``al:worker:<name>``, PX lease) that its heartbeat renews, whatever number of runs it
 holds; claiming workers look for holders whose key has lapsed and take their jobs::
 
-    every min(0.5 s, lease/4): XPENDING summary ─ EXISTS al:worker:<holder> for each holder
+    every min(0.5 s, lease/4): XPENDING summary ─ MGET the holders' liveness keys
       lapsed holder ─ XPENDING its jobs ─ XCLAIM (min idle lease/2: of two workers racing for
       a job only the first gets it) ─ CLAIM script (attempt + 1 fences the lost worker out)
 
@@ -102,7 +102,7 @@ class RedisBackend(ServiceEvents):
             retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name)
         self.client: Redis = Redis(connection_pool=pool)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
-            "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
+            "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
         self._pipeline = ScriptPipeline(self.client)
         self.notifier = Notifier(self.client, self.cancel_requested)
@@ -406,7 +406,9 @@ class RedisBackend(ServiceEvents):
                 if not entries:
                     self._next_scan = loop.time() + min(0.5, self.lease / 4)
             if not entries:
-                block = min(BLOCK_MAX, deadline - loop.time())
+                # wake for the next scan too: a lapsed worker is noticed within one interval
+                block = min(BLOCK_MAX, deadline - loop.time(),
+                            max(self._next_scan - loop.time(), 0.05))
                 if block <= 0:
                     return []
                 rows: Any = await self.client.xreadgroup(
@@ -425,10 +427,7 @@ class RedisBackend(ServiceEvents):
         holders = [c["name"] for c in summary.get("consumers") or [] if c["name"] != me]
         if not holders:
             return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            for holder in holders:
-                pipe.exists(keys.worker_key(holder.decode()))
-            alive = await pipe.execute()
+        alive: Any = await self.client.mget([keys.worker_key(h.decode()) for h in holders])
         entries: list[_Entry] = []
         for holder, live in zip(holders, alive, strict=True):
             if not live and len(entries) < count:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from app.backends.redis_keys import worker_key
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -58,7 +60,7 @@ async def wait_alive(redis_url: str, name: str, timeout_s: float = 60) -> None:
     client = aioredis.Redis.from_url(redis_url)
     try:
         async with asyncio.timeout(timeout_s):
-            while not await client.exists(f"al:worker:{name}"):
+            while not await client.exists(worker_key(name)):
                 await asyncio.sleep(0.05)
     finally:
         await client.aclose()
