@@ -156,3 +156,20 @@ async def test_arguments_that_are_not_json_become_an_error_result() -> None:
     out = await runtime.exec("x", provider=p, tools=["rt_echo"])
     result = next(m for m in out.messages if isinstance(m, ToolResultMessage))
     assert result.is_error and result.content[0].text.startswith("Invalid arguments: ")
+
+
+async def test_a_forced_tool_choice_honoured_before_a_resume_is_not_forced_again() -> None:
+    @function(register=False)
+    def count(n: int) -> int:
+        """Counts."""
+        return n
+
+    done = [UserMessage(content="go"),
+            AssistantMessage(content=[ToolCall(id="a", name="count", arguments={"n": 1})],
+                             stop_reason="tool_use"),
+            ToolResultMessage(tool_call_id="a", tool_name="count")]
+    p = FakeProvider([fake.text("resumed")])
+    await run_loop(provider=p, menu=build_menu(registry=registry_with(count)),
+                   config=LoopConfig(model="m", tool_choice="required"), context=list(done),
+                   emit=lambda e: None, resume=Resume(messages=done, rounds=1))
+    assert [r.tool_choice for r in p.requests] == ["auto"]
