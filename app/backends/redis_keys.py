@@ -14,6 +14,9 @@ are touched by separate commands, never inside a per-run script.
     al:tenant:<tenant>:runs     zset    run ids scored by created_at (listing, newest first)
     al:idem:<tenant>:<key>      string  ``<body hash>|<run id>``
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
+    al:{workers}:<name>         string  present while the worker lives (PX lease, renewed by
+                                        its heartbeat); its pending jobs are taken once it lapses.
+                                        One hash tag for all, so one MGET reads them on a Cluster
     al:notify                   channel ``e:<run>`` new events, ``c:<run>`` cancel asked
 """
 
@@ -65,6 +68,11 @@ def queue_keys(run_id: str) -> list[str]:
 def run_keys(run_id: str) -> list[str]:
     """All of a run's keys (expired together when it ends)."""
     return [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id)]
+
+
+def worker_key(worker: str) -> str:
+    """The worker's liveness key (one per worker, however many runs it holds)."""
+    return f"al:{{workers}}:{worker}"
 
 
 def tenant_runs_key(tenant: str) -> str:
