@@ -30,6 +30,7 @@ from app.loop import LoopConfig, LoopOutcome, run_loop
 from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.run_sink import BackendQueue, EventSink, retrying
+from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -164,6 +165,7 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
 
 
 async def _finish(backend: Backend, claim: Claim) -> None:
+    await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
@@ -182,6 +184,8 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
                       tools_deny=req.get("tools_deny"), disabled=deps.disabled_tools,
                       registry=deps.registry, env=deps.env)
     context, prompts = split_input(req.get("input"))
+    if is_thread_run(record.id):  # the thread's history, then this run's input as prompts
+        context, prompts = await thread_inputs(deps.backend, record.id)
     resume_from: list[Message] | None = None
     if claim.resumed:
         done = load_messages(await retrying(lambda: deps.backend.load_checkpoint(claim.run_id)))
