@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-
 from tests.threads.conftest import ThreadApi
 
 
@@ -109,7 +107,7 @@ async def test_idempotency_key_on_thread_runs(tapi: ThreadApi) -> None:
     assert [m for m in texts(thread["messages"]) if m[0] == "user"] == [("user", "once")]
 
 
-async def test_tenants_are_isolated(redis_url: str) -> None:
+async def test_tenants_are_isolated() -> None:
     from tests.threads.conftest import serve_threads
 
     async with serve_threads("memory", api_keys="ka:alice,kb:bob") as tapi:
@@ -122,9 +120,5 @@ async def test_tenants_are_isolated(redis_url: str) -> None:
         assert (await tapi.client.delete(f"/threads/{thread_id}")).status_code == 404
         listed = (await tapi.client.get("/threads")).json()["threads"]
         assert listed == []
-        events = await tapi.client.get(f"/threads/{thread_id}/events",
-                                       params={"token": thread["stream_token"]})
-        assert events.status_code != 404 or True
+        assert thread["stream_token"]
 
-
-_ = threading
