@@ -14,6 +14,7 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse
 
 from app.errors import ApiError, documented
 from app.routes.deps import PrincipalDep, ServicesDep
@@ -26,6 +27,7 @@ from app.threads.model import ThreadRecord
 from app.threads.schemas import CreateThread, Thread, ThreadList
 from app.threads.service import STATUS, check_thread_id, post_message, thread_not_found
 from app.threads.store import threads
+from app.threads.stream import parse_position, thread_stream
 from app.threads.view import post_answer, settled, thread_object
 
 router = APIRouter(tags=["threads"], route_class=StrictJsonRoute)
@@ -122,3 +124,34 @@ async def post_thread_run(thread_id: str, body: CreateRun, response: Response,
                           ) -> Run:
     """Send the next user message(s) of the conversation (see the module docstring)."""
     return await answer_post(svc, who.tenant, thread_id, body, response, idempotency_key)
+
+
+@router.get("/threads/{thread_id}/events", response_class=EventSourceResponse,
+            responses={200: {"content": {"text/event-stream": {}},
+                             "description": "id: <n>-<seq>, event: type, data: the event's "
+                                            "JSON (with its run_id)"},
+                       **documented(401, 404, 422, 503)})
+async def thread_events(thread_id: str, request: Request, svc: ServicesDep,
+                        after: Annotated[str | None, Query(
+                            description="resume after this event id (<n>-<seq>)")] = None,
+                        token: Annotated[str | None, Query(
+                            description="the thread's stream token")] = None,
+                        last_event_id: Annotated[str | None, Header()] = None) -> Response:
+    """Every event of every run of the thread, in order, then live ones, the next run's
+    included: one subscription for the whole conversation. Resumes after ``Last-Event-ID``
+    (or ``?after=``) across run boundaries; ``?token=`` takes the thread's stream token."""
+    who = svc.auth.authenticate(request, stream_run_id=thread_id)
+    start = _position(last_event_id, "Last-Event-ID") or _position(after, "after")
+    record = await load_thread(svc, thread_id, who.tenant)
+    return thread_stream(svc.backend, thread_id, start or (1, 0), record.runs,
+                         ping=svc.settings.sse_ping_seconds, retry=svc.settings.sse_retry_seconds)
+
+
+def _position(value: str | None, field: str) -> tuple[int, int] | None:
+    if not value:
+        return None
+    position = parse_position(value)
+    if position is None:
+        raise ApiError(422, "validation_error", f"{field} must be an event id of this stream "
+                       "(<n>-<seq>)", field)
+    return position
