@@ -132,7 +132,7 @@ async def serve_threads(kind: str, redis: str | None = None, **overrides: Any
     app = create_app(make_settings(**overrides), backend=store,
                      resolve_provider=lambda spec: (provider, spec.split(":", 1)[-1]))
     with LiveServer(app) as server:
-        limits = httpx.Limits(max_connections=64)
+        limits = httpx.Limits(max_connections=64, keepalive_expiry=1.0)
         async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(30.0),
                                      limits=limits) as client:
             yield ThreadApi(server.url, client, provider, store, server, kind)
