@@ -189,3 +189,33 @@ async def test_delete_cancels_and_listing(backend: Backend) -> None:
     assert await backend.cancel_requested(first.run_id)
     rest = await store.list_threads("t", status=None, metadata={}, limit=10, cursor=None)
     assert [t.id for t in rest.threads] == ids[:0:-1]
+
+
+async def ttl_of(backend: Backend, thread_id: str) -> float | None:
+    """Seconds until the thread expires (None: kept, as while busy)."""
+    if backend.name == "memory":
+        expires = backend._threads[thread_id].expires  # type: ignore[attr-defined]
+        return None if expires is None else expires - time.time()
+    from app.backends import redis_keys
+
+    ttl = await backend.client.pttl(redis_keys.thread_key(thread_id, "thread"))  # type: ignore[attr-defined]
+    return None if ttl < 0 else ttl / 1000
+
+
+async def test_the_thread_ttl_is_refreshed_on_activity(backend: Backend) -> None:
+    store = threads(backend)
+    store.thread_ttl = 500.0
+    thread_id = await new_thread(backend)
+    assert 400 < (await ttl_of(backend, thread_id) or 0) <= 500
+    first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    assert await ttl_of(backend, thread_id) is None  # a busy thread never expires
+    store.thread_ttl = 900.0
+    await end_run(backend, first.run_id, "u:one", "reply")
+    await store.settle_thread(thread_id)
+    assert 800 < (await ttl_of(backend, thread_id) or 0) <= 900  # counted from its last run
+
+
+def test_the_setting_reaches_the_backend() -> None:
+    from app.backends import make_backend
+
+    assert threads(make_backend(None, thread_ttl=123)).thread_ttl == 123.0
