@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     max_body_bytes: int = Field(default=MiB, ge=1)
     run_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    thread_ttl: int = Field(default=30 * 24 * 3600, ge=60)
+    """Seconds an idle thread is kept after its last activity (a busy one never expires)."""
     worker_concurrency: int = Field(default=100, ge=1)
     lease_seconds: float = Field(default=5.0, gt=0)
     """A worker silent this long is taken for dead: another one resumes its runs."""

@@ -31,6 +31,7 @@ from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.resume import LogState, ended_fields, read_log_state
 from app.run_sink import BackendQueue, EventSink, retrying
+from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -182,6 +183,7 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
 
 
 async def _finish(backend: Backend, claim: Claim) -> None:
+    await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
@@ -202,6 +204,8 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     menu.load(record.loaded_tools)  # a resumed run's menu is the one it had
     menu.on_load = lambda names: sink.set_fields(loaded_tools=names)
     context, prompts = split_input(req.get("input"))
+    if is_thread_run(record.id):  # the thread's history, then this run's input as prompts
+        context, prompts = await thread_inputs(deps.backend, record.id)
     resume: Resume | None = None
     if earlier is not None and earlier.started:
         done = load_messages(await retrying(lambda: deps.backend.load_checkpoint(claim.run_id)))

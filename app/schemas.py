@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
+from app.threads.schemas import MultitaskField, MultitaskOutcome
+
 QueueModeField = Literal["one-at-a-time", "all"]
 
 
@@ -76,6 +78,10 @@ class CreateRun(BaseModel):
         description="seconds the run may take from its start before it ends with stop_reason "
                     "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: dict[str, str] = Field(default_factory=dict)
+    thread_id: str | None = Field(default=None, description=(
+        "continue this thread (as POST /threads/{id}/runs): input is the new user message(s)"))
+    multitask: MultitaskField | None = Field(default=None, description=(
+        "with thread_id: what the message does while the thread is busy (default enqueue)"))
 
 
 class QueueCounts(BaseModel):
@@ -107,6 +113,9 @@ class Run(BaseModel):
         "a fresh token for this run's events (`GET /runs/{id}/events?token=`): read-only, "
         "scoped to this run, valid AGENTLOOP_STREAM_TOKEN_TTL seconds; every Run returned "
         "carries a new one"))
+    thread_id: str | None = Field(default=None, description="the thread this run belongs to")
+    multitask: MultitaskOutcome | None = Field(default=None, description=(
+        "on the answer to a thread post: what the posted message did"))
 
 
 class RunList(BaseModel):

@@ -45,7 +45,8 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
-def _check_idempotency_key(key: str | None) -> None:
+def check_idempotency_key(key: str | None) -> None:
+    """422 for an ``Idempotency-Key`` longer than ``IDEMPOTENCY_KEY_MAX``."""
     if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
         raise ApiError(422, "validation_error", f"Idempotency-Key: at most "
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
@@ -58,8 +59,16 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
                      idempotency_key: Annotated[str | None, Header(
                          json_schema_extra={"maxLength": IDEMPOTENCY_KEY_MAX})] = None) -> Run:
-    """Start a run; it proceeds on a worker while this returns."""
-    _check_idempotency_key(idempotency_key)
+    """Start a run; it proceeds on a worker while this returns. With ``thread_id``: the same
+    as ``POST /threads/{thread_id}/runs``."""
+    if body.thread_id is not None:
+        from app.routes.threads import answer_post
+
+        return await answer_post(svc, who.tenant, body.thread_id, body, response,
+                                 idempotency_key)
+    if body.multitask is not None:
+        raise ApiError(422, "validation_error", "multitask: only with thread_id", "multitask")
+    check_idempotency_key(idempotency_key)
     model = body.model or svc.default_model
     check_model(model, svc.resolve_provider)
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
