@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app import metrics
+from app.approvals import parking
 from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
 from app.events import AgentEnd, RunResumed
 from app.logs import bind
@@ -100,7 +101,7 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
 
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
-    if claim.resumed:
+    if claim.resumed and await parking.woken(deps.backend, record, claim) is None:
         sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
     try:
@@ -112,6 +113,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await _finish(deps.backend, claim)
         return
     abort = asyncio.Event()
+    await parking.preset_cancel(deps.backend, claim, abort)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
@@ -121,6 +123,9 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         raise
     finally:
         watch.cancel()
+    if outcome.parked:
+        await parking.park(deps.backend, claim, record, sink, outcome.parked)
+        return
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
     await _finish(deps.backend, claim)
 
@@ -195,6 +200,7 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config.max_tokens = config.max_tokens or deps.default_max_tokens or None
     config.deadline = run_deadline(record, deps.run_timeout)
     config.resolve = deps.resolve_provider
+    config.gate = await parking.run_gate(deps.backend, record, deps.registry, menu, claim)
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume_from": resume_from,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}

@@ -24,11 +24,13 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 import orjson
 
+from app.backends.parking_base import ParkingStore
 from app.events import ServiceEvent, encode_event_body, utc_now
 from app.queues import QueuedMessage, QueueKind, QueueMode
 from providers.messages import UserMessage, message_adapter
 
-RunStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatus: TypeAlias = Literal["queued", "running", "requires_action", "completed", "failed",
+                              "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -141,8 +143,9 @@ class RunPage:
     next_cursor: str | None
 
 
-class Backend(Protocol):
-    """Storage and coordination for runs. All methods may raise ``BackendError``."""
+class Backend(ParkingStore, Protocol):
+    """Storage and coordination for runs. All methods may raise ``BackendError``. Parked runs
+    (``requires_action``): ``parking_base.ParkingStore``."""
 
     name: str
 

@@ -11,6 +11,10 @@ are touched by separate commands, never inside a per-run script.
     al:{<run>}:q:<kind>         list    waiting steer / follow_up messages (``<id>\\t<json>``)
     al:{<run>}:inflight:<kind>  list    taken, not yet injected
     al:{<run>}:taken            set     ids ever taken (withdraw answers 409 for these)
+    al:{<run>}:parked           hash    calls (JSON), deadline, expired: what a parked run
+                                        waits for (``app.backends.parking_base``)
+    al:{<run>}:decisions        hash    tool_call_id → decision JSON
+    al:parked                   zset    parked runs with an approval deadline, by deadline
     al:tenant:<tenant>:runs     zset    run ids scored by created_at (listing, newest first)
     al:idem:<tenant>:<key>      string  ``<body hash>|<run id>``
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
@@ -24,6 +28,7 @@ from app.queues import QueueKind
 JOBS_STREAM = "al:jobs"
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
+PARKED_INDEX = "al:parked"
 
 
 def run_key(run_id: str) -> str:
@@ -56,6 +61,16 @@ def taken_key(run_id: str) -> str:
     return f"al:{{{run_id}}}:taken"
 
 
+def parked_key(run_id: str) -> str:
+    """What the parked run waits for."""
+    return f"al:{{{run_id}}}:parked"
+
+
+def decisions_key(run_id: str) -> str:
+    """The answers given to a parked run."""
+    return f"al:{{{run_id}}}:decisions"
+
+
 def queue_keys(run_id: str) -> list[str]:
     """steer, follow_up, inflight steer, inflight follow_up, taken (the scripts' order)."""
     return [queue_key(run_id, "steer"), queue_key(run_id, "follow_up"),
@@ -64,7 +79,8 @@ def queue_keys(run_id: str) -> list[str]:
 
 def run_keys(run_id: str) -> list[str]:
     """All of a run's keys (expired together when it ends)."""
-    return [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id)]
+    return [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id),
+            parked_key(run_id), decisions_key(run_id)]
 
 
 def tenant_runs_key(tenant: str) -> str:
