@@ -126,8 +126,9 @@ class ApprovalGate:
 
 def exec_gate(approval: Iterable[str] | str | None, registry: Registry, on_approval: Ask | None,
               outer: ApprovalGate | None) -> ApprovalGate:
-    """The gate of a ``runtime.exec`` loop: it never parks. ``on_approval`` answers its picks
-    in-process; without it they are denied. A nested call keeps the outer run's rules."""
+    """The gate of a ``runtime.exec`` loop: it never parks. ``on_approval`` (else the outer
+    call's) answers its picks in-process; without one they are denied. A nested call keeps the
+    outer run's rules; inside a service run (which parks) its picks are denied."""
     names = outer.names if outer is not None else frozenset()
     policy = outer.policy if outer is not None else None
     if approval in ("all", "unsafe"):
@@ -135,7 +136,8 @@ def exec_gate(approval: Iterable[str] | str | None, registry: Registry, on_appro
     elif approval is not None and not isinstance(approval, str):
         names |= expand_names(approval, registry)
     note = NESTED if outer is not None else NO_CALLBACK
-    return ApprovalGate(names=names, policy=policy, ask=on_approval or _denier(note))
+    ask = on_approval or (outer.ask if outer is not None else None) or _denier(note)
+    return ApprovalGate(names=names, policy=policy, ask=ask)
 
 
 def _denier(note: str) -> Ask:

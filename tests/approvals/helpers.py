@@ -59,3 +59,12 @@ async def until_count(watch: Watch, type_: str, count: int, within: float = 20.0
     async with asyncio.timeout(within):
         while sum(f.event == type_ for f in watch.frames) < count:
             await asyncio.sleep(0.01)
+
+
+@function(toolsets=["hitl_testing"])
+async def hitl_delegate(task: str) -> str:
+    """Runs a nested loop on the run's model (test tool)."""
+    from app import runtime
+
+    out = await runtime.exec(task)
+    return f"inner said: {out.text}"

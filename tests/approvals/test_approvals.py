@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.approvals.gate import NESTED
 from providers import fake
 from tests.api.conftest import Api
 from tests.approvals.helpers import RAN, Watch, decide, parked, results_sent, types
@@ -143,3 +144,13 @@ async def test_a_parked_run_holds_no_active_slot(api: Api) -> None:
     assert active == ["agentloop_active_runs 0.0"]
     await decide(api, run["id"], "c1")
     await api.wait_status(run["id"], "completed")
+
+
+async def test_a_nested_loop_in_a_service_run_denies_instead_of_parking(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("hitl_delegate", {"task": "t"}, "o1")),
+                       fake.tool_calls(("hitl_delete", {"path": "deep"}, "n1")),
+                       fake.text("inner done"), fake.text("outer done")]
+    run = await api.create(input="go", toolset="hitl_testing")
+    done = await api.wait_status(run["id"], "completed")
+    assert done["result"] == "outer done"
+    assert results_sent(api.fake.requests[2]) == [("n1", True, NESTED)]
