@@ -78,7 +78,9 @@ class ApprovalGate:
     client_tools: frozenset[str] = frozenset()
     decisions: dict[str, Decision] = field(default_factory=dict)
     expired: str | None = None
-    """Set once ``approval_timeout`` passed: picks still unanswered are denied with this."""
+    """Set once ``approval_timeout`` passed: the ``expired_ids`` still unanswered are denied
+    with this (picks of later turns are asked for as usual)."""
+    expired_ids: frozenset[str] = frozenset()
     ask: Ask | None = None
     """Answers in-process instead of parking (``on_approval``)."""
 
@@ -98,7 +100,7 @@ class ApprovalGate:
     def decision(self, call: ToolCall) -> Decision | None:
         """The answer for ``call``; after expiry an unanswered pick is denied."""
         found = self.decisions.get(call.id)
-        if found is None and self.expired is not None:
+        if found is None and self.expired is not None and call.id in self.expired_ids:
             return Decision(kind="deny", note=self.expired)
         return found
 

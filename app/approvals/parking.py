@@ -63,6 +63,7 @@ async def run_gate(backend: Backend, record: RunRecord, registry: Registry, menu
         gate.decisions = {k: decision_from_json(v) for k, v in state.decisions.items()}
         if state.expired:
             gate.expired = expiry_note(float(req.get("approval_timeout") or 0))
+            gate.expired_ids = frozenset(c["tool_call_id"] for c in state.calls)
     return gate
 
 

@@ -80,11 +80,16 @@ async def test_cancel_while_waiting_aborts_with_one_agent_end(api: Api) -> None:
 
 
 async def test_approval_timeout_denies_the_unanswered_picks(api: Api) -> None:
-    api.fake.script = [two_deletes(), fake.text("after the timeout")]
+    api.fake.script = [two_deletes(), fake.tool_calls(("hitl_delete", {"path": "c"}, "c3")),
+                       fake.text("after the timeout")]
     run = await api.create(input="go", toolset="hitl_testing", approval_timeout=2.0)
     watch = Watch(api, run["id"])
     await parked(api, run["id"])
     early = await decide(api, run["id"], "c1")  # races the timeout: either outcome is valid
+    await watch.until("tool_execution_end")
+    again = await parked(api, run["id"])  # a later turn's pick is asked for, not denied
+    assert [p["tool_call_id"] for p in again["pending"]] == ["c3"]
+    assert (await decide(api, run["id"], "c3")).status_code == 202
     frames = await watch.done()
     ends = {f.data["tool_call_id"]: f.data for f in frames if f.event == "tool_execution_end"}
     c2 = ends["c2"]["result"]["content"][0]["text"]
@@ -97,6 +102,7 @@ async def test_approval_timeout_denies_the_unanswered_picks(api: Api) -> None:
         assert ends["c1"]["is_error"] and "approval_timeout" in \
             ends["c1"]["result"]["content"][0]["text"]
         assert "approval_decided" not in types(frames)
+    assert ends["c3"]["is_error"] is False
     done = await api.wait_status(run["id"], "completed")
     assert done["result"] == "after the timeout"
     late = await decide(api, run["id"], "c2")
