@@ -101,7 +101,10 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
 
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
-    if claim.resumed and await parking.woken(deps.backend, record, claim) is None:
+    woken = await parking.woken(deps.backend, record, claim)
+    if woken is not None:
+        parking.count_wait(record, woken, sink)
+    elif claim.resumed:
         sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
     try:
@@ -219,7 +222,8 @@ def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:
     if not limits:
         return None
     seconds = float(min(limits))
-    return Deadline(at=(record.started_at or now()) + seconds, seconds=seconds)
+    start = (record.started_at or now()) + record.parked_seconds  # waiting for people: free
+    return Deadline(at=start + seconds, seconds=seconds)
 
 
 def split_input(value: object) -> tuple[list[Message], list[Message]]:

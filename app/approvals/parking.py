@@ -74,6 +74,12 @@ async def woken(backend: Backend, record: RunRecord, claim: Claim) -> ParkedStat
     return await retrying(lambda: backend.parked_state(record.id))
 
 
+def count_wait(record: RunRecord, parked: ParkedState, sink: EventSink) -> None:
+    """Add the wait just over to the run's ``parked_seconds`` (its deadline moves by it)."""
+    record.parked_seconds += max(0.0, now() - parked.parked_at)
+    sink.set_fields(parked_seconds=record.parked_seconds)
+
+
 async def preset_cancel(backend: Backend, claim: Claim, abort: asyncio.Event) -> None:
     """A resumed run whose cancel was asked (a parked run woken by it) stops before its
     first step, instead of when the cancel watcher first answers."""

@@ -76,6 +76,8 @@ class RunRecord:
     worker: str | None = None
     last_seq: int = 0
     """The seq of the last event written (the next event gets ``last_seq + 1``)."""
+    parked_seconds: float = 0.0
+    """Time spent waiting for people (``requires_action``): added to the run's deadline."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from app.backends.base import now
 from app.backends.parking_base import REQUIRES_ACTION, DecisionRefused, ParkedState
 from app.events import ApprovalDecided, ServiceEvent
 
@@ -38,7 +39,8 @@ class MemoryParking:
                    deadline: float | None) -> bool:
         """See ``ParkingStore.park``."""
         record = self._fenced(run_id, attempt)
-        self._parkings()[run_id] = ParkedState(calls=list(calls), deadline=deadline)
+        self._parkings()[run_id] = ParkedState(calls=list(calls), deadline=deadline,
+                                               parked_at=now())
         self._leases.pop(run_id, None)
         record.worker = None
         if self._state[run_id].queues["steer"] or run_id in self._cancelled:
@@ -97,7 +99,8 @@ class MemoryParking:
         if parked is None:
             return None
         return ParkedState(calls=list(parked.calls), decisions=dict(parked.decisions),
-                           deadline=parked.deadline, expired=parked.expired)
+                           deadline=parked.deadline, expired=parked.expired,
+                           parked_at=parked.parked_at)
 
     def _dispatch(self, run_id: str) -> None:
         self._runs[run_id].status = "queued"

@@ -44,6 +44,8 @@ class ParkedState:
     decisions: dict[str, dict[str, Any]] = field(default_factory=dict)
     deadline: float | None = None
     expired: bool = False
+    parked_at: float = 0.0
+    """When it parked (epoch s): the wait does not count against the run's own deadline."""
 
 
 class ParkingStore(Protocol):

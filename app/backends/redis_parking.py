@@ -14,7 +14,7 @@ import orjson
 from redis.exceptions import RedisError, ResponseError
 
 from app.backends import redis_keys as keys
-from app.backends.base import BackendError, FencedOut, RunNotFound
+from app.backends.base import BackendError, FencedOut, RunNotFound, now
 from app.backends.parking_base import DecisionRefused, ParkedState
 from app.events import ApprovalDecided, encode_event_body, utc_now
 
@@ -55,10 +55,11 @@ if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
 end
 """
 
-# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none)
+# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now
 PARK = _PRELUDE + """
 redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '')
+redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '',
+  'parked_at', ARGV[4])
 redis.call('HSET', run, 'worker', 'null')
 local job = redis.call('HGET', run, 'job') or ''
 if redis.call('LLEN', KEYS[4]) > 0 or redis.call('HGET', run, 'cancel') then
@@ -128,7 +129,8 @@ class RedisParking:
         job, outcome = await self._park_script(
             "PARK", [keys.run_key(run_id), keys.parked_key(run_id), keys.decisions_key(run_id),
                      keys.queue_key(run_id, "steer")],
-            [attempt, orjson.dumps(calls), "" if deadline is None else repr(deadline)])
+            [attempt, orjson.dumps(calls), "" if deadline is None else repr(deadline),
+             repr(now())])
         if outcome == b"wake":
             await self._dispatch(run_id)
         elif deadline is not None:
@@ -197,7 +199,8 @@ class RedisParking:
                            decisions={k.decode(): orjson.loads(v)
                                       for k, v in decisions.items()},
                            deadline=float(deadline) if deadline else None,
-                           expired=bool(parked.get(b"expired")))
+                           expired=bool(parked.get(b"expired")),
+                           parked_at=float(parked.get(b"parked_at") or 0))
 
     async def _dispatch(self, run_id: str) -> None:
         await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})

@@ -154,3 +154,36 @@ async def test_a_nested_loop_in_a_service_run_denies_instead_of_parking(api: Api
     done = await api.wait_status(run["id"], "completed")
     assert done["result"] == "outer done"
     assert results_sent(api.fake.requests[2]) == [("n1", True, NESTED)]
+
+
+async def _age_the_parking(api: Api, run_id: str, seconds: float) -> None:
+    """Pretend the run started and parked ``seconds`` ago (as after a long wait)."""
+    backend = api.backend
+    if backend.name == "memory":
+        async def age() -> None:
+            backend._runs[run_id].started_at -= seconds
+            backend._parked_runs[run_id].parked_at -= seconds
+        await api.call(age())
+        return
+    from app.backends import redis_keys as keys
+
+    async def age_redis() -> None:
+        record = await backend.get_run(run_id)
+        state = await backend.parked_state(run_id)
+        await backend.client.hset(keys.run_key(run_id), "started_at",
+                                  repr(record.started_at - seconds))
+        await backend.client.hset(keys.parked_key(run_id), "parked_at",
+                                  repr(state.parked_at - seconds))
+    await api.call(age_redis())
+
+
+async def test_the_wait_does_not_count_against_the_runs_timeout(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("hitl_delete", {"path": "p"}, "c1")), fake.text("ok")]
+    run = await api.create(input="go", toolset="hitl_testing", timeout=30.0)
+    await parked(api, run["id"])
+    await _age_the_parking(api, run["id"], 3600.0)  # an hour's wait, far past the timeout
+    assert (await decide(api, run["id"], "c1")).status_code == 202
+    done = await api.wait_status(run["id"], "completed", "failed")
+    assert (done["status"], done["result"]) == ("completed", "ok"), done["error"]
+    stored = await api.call(api.backend.get_run(run["id"]))
+    assert stored.parked_seconds >= 3600.0
