@@ -16,7 +16,7 @@ from providers.base import ModelRequest
 from providers.fake import Step
 from tests.api.conftest import Api
 from tests.approvals.helpers import decide, parked
-from tests.support.sse_client import read_all
+from tests.support.sse_client import open_stream, read_all
 
 TRIALS = int(os.environ.get("AGENTLOOP_RACE_TRIALS", "200"))
 SKIPPED = "Skipped due to queued user message."
@@ -68,3 +68,29 @@ async def test_an_answer_racing_cancel_or_steer(api: Api, rival: str) -> None:
     api.fake.repeat = True
     outcomes = [await _trial(api, rival) for _ in range(TRIALS)]
     print(f"{rival}: the answer won {sum(outcomes)} of {TRIALS}")
+
+
+async def _while_parking(api: Api, rival: str) -> None:
+    run = await api.create(input="go", toolset="hitl_testing")
+    body = {"content": "no, wait"} if rival == "steer" else None
+    async with open_stream(api.client, run["events_url"]) as stream:
+        frames = []
+        async for frame in stream:
+            frames.append(frame)
+            if frame.event == "approval_requested":  # the run is parking right now
+                resp = await api.client.post(f"/runs/{run['id']}/{rival}", json=body)
+                assert resp.status_code == 202
+    result = next(f.data for f in frames if f.event == "tool_execution_end")
+    text, reason = (SKIPPED, "stop") if rival == "steer" else (ABORTED, "aborted")
+    assert result["result"]["content"][0]["text"] == text
+    assert [f.event for f in frames].count("agent_end") == 1
+    assert frames[-1].event == "agent_end" and frames[-1].data["stop_reason"] == reason
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rival", ["cancel", "steer"])
+async def test_a_steer_or_cancel_while_the_run_parks_is_never_lost(api: Api, rival: str) -> None:
+    api.fake.script = [pick_then_answer]
+    api.fake.repeat = True
+    for _ in range(max(TRIALS // 4, 1)):
+        await _while_parking(api, rival)
