@@ -50,6 +50,7 @@ from app.backends.base import (
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_notify import Notifier
+from app.backends.redis_parking import RedisParking
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import decode_record, encode_fields, encode_record
 from app.backends.redis_threads import RedisThreads
@@ -84,7 +85,7 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
     return wrapper
 
 
-class RedisBackend(RedisThreads, ServiceEvents):
+class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
     ``client_name`` shows in CLIENT LIST (workers use their name)."""

@@ -13,6 +13,10 @@ idempotency keys) are touched by separate commands, never inside a per-run scrip
     al:{<run>}:q:<kind>         list    waiting steer / follow_up messages (``<id>\\t<json>``)
     al:{<run>}:inflight:<kind>  list    taken, not yet injected
     al:{<run>}:taken            set     ids ever taken (withdraw answers 409 for these)
+    al:{<run>}:parked           hash    calls (JSON), deadline, expired: what a parked run
+                                        waits for (``app.backends.parking_base``)
+    al:{<run>}:decisions        hash    tool_call_id → decision JSON
+    al:parked                   zset    parked runs with an approval deadline, by deadline
     al:{<thr>}:<run>:run, …     the same keys of a thread's run, in its thread's slot, plus
     al:{<thr>}:<run>:input      list    the run's prompts (JSON messages), read at its start
     al:{<thr>}:thread           hash    the thread: id, tenant, created_at, updated_at,
@@ -38,6 +42,7 @@ from app.threads.ids import thread_of_run
 JOBS_STREAM = "al:jobs"
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
+PARKED_INDEX = "al:parked"
 
 
 def _prefix(run_id: str) -> str:
@@ -76,6 +81,16 @@ def taken_key(run_id: str) -> str:
     return _prefix(run_id) + "taken"
 
 
+def parked_key(run_id: str) -> str:
+    """What the parked run waits for."""
+    return _prefix(run_id) + "parked"
+
+
+def decisions_key(run_id: str) -> str:
+    """The answers given to a parked run."""
+    return _prefix(run_id) + "decisions"
+
+
 def queue_keys(run_id: str) -> list[str]:
     """steer, follow_up, inflight steer, inflight follow_up, taken (the scripts' order)."""
     return [queue_key(run_id, "steer"), queue_key(run_id, "follow_up"),
@@ -84,7 +99,8 @@ def queue_keys(run_id: str) -> list[str]:
 
 def run_keys(run_id: str) -> list[str]:
     """All of a run's keys (expired together when it ends)."""
-    found = [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id)]
+    found = [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id),
+             parked_key(run_id), decisions_key(run_id)]
     return [*found, input_key(run_id)] if thread_of_run(run_id) else found
 
 

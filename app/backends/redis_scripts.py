@@ -67,10 +67,12 @@ return 1
 """
 
 # KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
-# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended.
+# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended
+# or is parked (a stale job entry of a run that parked).
 CLAIM = _PRELUDE + """
 local status = redis.call('HGET', run, 'status')
-if status == '"completed"' or status == '"failed"' or status == '"cancelled"' then return 0 end
+if status == '"completed"' or status == '"failed"' or status == '"cancelled"'
+  or status == '"requires_action"' then return 0 end
 local attempt = redis.call('HINCRBY', run, 'attempt', 1)
 redis.call('HSET', run, 'worker', ARGV[2], 'job', ARGV[3])
 for k = 0, 1 do

@@ -277,7 +277,7 @@ class RedisThreads:
             status, started = await self._settle_once(record, ended)
             if status == "ok":
                 if started:
-                    await self._dispatch(record.tenant, started)
+                    await self._dispatch_thread_run(record.tenant, started)
                 return started or None
             if status != "stale":
                 return None
@@ -300,7 +300,7 @@ class RedisThreads:
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()
 
-    async def _dispatch(self, tenant: str, run_id: str) -> None:
+    async def _dispatch_thread_run(self, tenant: str, run_id: str) -> None:
         record = await self.get_run(run_id)
         async with self.client.pipeline(transaction=False) as pipe:
             if record is not None:

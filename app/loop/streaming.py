@@ -73,8 +73,8 @@ class Abortable:
         self.deadline = deadline
         self.expired = deadline is not None and deadline.at <= time.time()
         self.signal = abort if deadline is None else asyncio.Event()
-        if self.expired:  # already past (a resumed run): stop before the first step
-            self.signal.set()
+        if self.expired or abort.is_set():  # already past or cancelled: stop before the
+            self.signal.set()                  # first step (a resumed or woken run)
         self._current: asyncio.Future[Any] | None = None
         self._watcher = asyncio.ensure_future(self._watch())
 

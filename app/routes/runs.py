@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from app import metrics
+from app.approvals.requests import check_hitl
 from app.backends.base import TERMINAL, RunRecord
 from app.errors import ApiError, documented
 from app.events import RunCreated
@@ -35,7 +36,7 @@ from app.schemas import CreateRun, Run, RunList
 from app.services import Services
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
 IDEMPOTENCY_KEY_MAX = 255
 """Longest ``Idempotency-Key`` accepted (it becomes part of a store key)."""
 
@@ -74,6 +75,8 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
                 env=svc.env)
     check_timeout(body, svc.settings.run_timeout)
+    check_hitl(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
+               env=svc.env)
     record = RunRecord(id=new_run_id(), tenant=who.tenant, model=model,
                        created_at=time.time(), metadata=dict(body.metadata),
                        request=stored_request(body, model))
@@ -150,8 +153,9 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
              operation_id="cancelRun", responses=documented(401, 404, 413, 415, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
-    """Abort the run (idempotent; a no-op once it has ended)."""
+    """Abort the run (idempotent; a no-op once it has ended). A parked run is woken to end."""
     record = await load_run(svc.backend, run_id, who.tenant)
     if record.status not in TERMINAL:
         await svc.backend.request_cancel(run_id)
+        await svc.backend.wake(run_id)
     return _with_token(await run_object(svc.backend, record), svc, who.tenant)
