@@ -83,7 +83,8 @@ async def _decide(svc: Services, tenant: str, run_id: str, call_id: str, kind: s
     return run
 
 
-@router.post("/runs/{run_id}/approvals", status_code=202, response_model=Run,
+@router.post("/runs/{run_id}/approvals", operation_id="submitApproval",
+             status_code=202, response_model=Run,
              responses=_ERRORS)
 async def approve(run_id: str, body: ApprovalIn, svc: ServicesDep, who: PrincipalDep) -> Run:
     """Approve (optionally with edited arguments) or deny one pick the run waits for."""
@@ -94,7 +95,8 @@ async def approve(run_id: str, body: ApprovalIn, svc: ServicesDep, who: Principa
     return await _decide(svc, who.tenant, run_id, body.tool_call_id, "approval", decision)
 
 
-@router.post("/runs/{run_id}/tool_results", status_code=202, response_model=Run,
+@router.post("/runs/{run_id}/tool_results", operation_id="submitToolResult",
+             status_code=202, response_model=Run,
              responses=_ERRORS)
 async def tool_result(run_id: str, body: ToolResultIn, svc: ServicesDep,
                       who: PrincipalDep) -> Run:

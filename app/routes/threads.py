@@ -43,7 +43,8 @@ async def load_thread(svc: Services, thread_id: str, tenant: str) -> ThreadRecor
     return await settled(svc.backend, record)
 
 
-@router.post("/threads", status_code=201, response_model=Thread,
+@router.post("/threads", operation_id="createThread",
+             status_code=201, response_model=Thread,
              responses=documented(401, 413, 415, 422, 503))
 async def create_thread(response: Response, svc: ServicesDep, who: PrincipalDep,
                         body: CreateThread | None = None) -> Thread:
@@ -56,7 +57,8 @@ async def create_thread(response: Response, svc: ServicesDep, who: PrincipalDep,
     return await thread_object(svc.backend, record, svc.auth)
 
 
-@router.get("/threads/{thread_id}", response_model=Thread, responses=documented(401, 404, 503))
+@router.get("/threads/{thread_id}", operation_id="getThread",
+             response_model=Thread, responses=documented(401, 404, 503))
 async def get_thread(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Thread:
     """The thread: status, conversation, runs, with a fresh ``stream_token``."""
     record = await load_thread(svc, thread_id, who.tenant)
@@ -76,7 +78,8 @@ def _check_cursor(cursor: str | None) -> None:
                        "cursor")
 
 
-@router.get("/threads", response_model=ThreadList, responses=documented(401, 422, 503))
+@router.get("/threads", operation_id="listThreads",
+             response_model=ThreadList, responses=documented(401, 422, 503))
 async def list_threads(request: Request, svc: ServicesDep, who: PrincipalDep,
                        status: str | None = None,
                        limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -95,7 +98,8 @@ async def list_threads(request: Request, svc: ServicesDep, who: PrincipalDep,
     return ThreadList(threads=list(found), next_cursor=page.next_cursor)
 
 
-@router.delete("/threads/{thread_id}", status_code=204, responses=documented(401, 404, 503))
+@router.delete("/threads/{thread_id}", operation_id="deleteThread",
+             status_code=204, responses=documented(401, 404, 503))
 async def delete_thread(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Delete the thread; its active run is cancelled first (a waiting one never starts)."""
     await load_thread(svc, thread_id, who.tenant)
@@ -113,7 +117,8 @@ async def answer_post(svc: Services, tenant: str, thread_id: str, body: CreateRu
     return await post_answer(svc.backend, outcome, svc.auth, tenant)
 
 
-@router.post("/threads/{thread_id}/runs", status_code=201, response_model=Run,
+@router.post("/threads/{thread_id}/runs", operation_id="createThreadRun",
+             status_code=201, response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
                         202: {"model": Run, "description": "queued into an existing run"},
                         **documented(400, 401, 404, 409, 413, 415, 422, 503)})
@@ -126,7 +131,8 @@ async def post_thread_run(thread_id: str, body: CreateRun, response: Response,
     return await answer_post(svc, who.tenant, thread_id, body, response, idempotency_key)
 
 
-@router.get("/threads/{thread_id}/events", response_class=EventSourceResponse,
+@router.get("/threads/{thread_id}/events", operation_id="streamThreadEvents",
+             response_class=EventSourceResponse,
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "id: <n>-<seq>, event: type, data: the event's "
                                             "JSON (with its run_id)"},

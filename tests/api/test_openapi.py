@@ -25,6 +25,13 @@ OPERATIONS = {
     ("post", "/runs/{run_id}/cancel"): "cancelRun", ("get", "/tools"): "listTools",
     ("get", "/healthz"): "getHealth", ("get", "/readyz"): "getReadiness",
     ("get", "/metrics"): "getMetrics",
+    ("post", "/threads"): "createThread", ("get", "/threads"): "listThreads",
+    ("get", "/threads/{thread_id}"): "getThread",
+    ("delete", "/threads/{thread_id}"): "deleteThread",
+    ("post", "/threads/{thread_id}/runs"): "createThreadRun",
+    ("get", "/threads/{thread_id}/events"): "streamThreadEvents",
+    ("post", "/runs/{run_id}/approvals"): "submitApproval",
+    ("post", "/runs/{run_id}/tool_results"): "submitToolResult",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",
