@@ -89,8 +89,8 @@ async def test_types_formats_and_enums(api_no_worker: Api) -> None:
     assert run["created_at"] == {"type": "string", "format": "date-time", "title": "Created At"}
     assert {"type": "string", "format": "date-time"} in run["ended_at"]["anyOf"]
     assert run["status"] == {"$ref": "#/components/schemas/RunStatus"}
-    assert schema_of(doc, "RunStatus")["enum"] == ["queued", "running", "completed", "failed",
-                                                   "cancelled"]
+    assert schema_of(doc, "RunStatus")["enum"] == ["queued", "running", "requires_action",
+                                                   "completed", "failed", "cancelled"]
     assert schema_of(doc, "RunStopReason")["enum"] == ["stop", "max_iterations", "error",
                                                        "aborted"]
     assert run["usage"] == {"$ref": "#/components/schemas/Usage"}
