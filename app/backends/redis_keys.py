@@ -15,6 +15,10 @@ are touched by separate commands, never inside a per-run script.
     al:idem:<tenant>:<key>      string  ``<body hash>|<run id>``
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
     al:notify                   channel ``e:<run>`` new events, ``c:<run>`` cancel asked
+    al:{<run>}:notes            shard channel: the same notes on Redis Cluster (SPUBLISH), one
+                                per run, so only the processes following the run receive them
+
+On Redis Cluster ``al:jobs`` is one key on one master; redis_cluster.py says why.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ def queue_keys(run_id: str) -> list[str]:
 def run_keys(run_id: str) -> list[str]:
     """All of a run's keys (expired together when it ends)."""
     return [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id)]
+
+
+def notes_channel(run_id: str) -> str:
+    """The run's shard channel (Redis Cluster): its notes, in the run's slot."""
+    return f"al:{{{run_id}}}:notes"
 
 
 def tenant_runs_key(tenant: str) -> str:

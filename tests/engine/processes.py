@@ -10,6 +10,8 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from tests.support.redis_cluster import is_cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,6 +19,7 @@ def worker_env(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
                nap: float = 2.0) -> dict[str, str]:
     """The environment of a scripted worker process."""
     return {**os.environ, "AGENTLOOP_REDIS_URL": redis_url,
+            "AGENTLOOP_REDIS_CLUSTER": "true" if is_cluster(redis_url) else "false",
             "AGENTLOOP_LEASE_SECONDS": str(lease), "AGENTLOOP_WORKER_NAME": name,
             "AGENTLOOP_TEST_MARKS": str(marks), "AGENTLOOP_TEST_NAP": str(nap),
             "AGENTLOOP_PROVIDER_FACTORY": "tests.engine.scripted:crash_factory",
@@ -37,17 +40,19 @@ def spawn_worker(redis_url: str, name: str, marks: Path, *, lease: float = 1.0,
 
 
 async def wait_consumer(redis_url: str, name: str, timeout_s: float = 10) -> None:
-    """Until worker ``name`` is connected (claiming, and listening for notes)."""
-    client = aioredis.Redis.from_url(redis_url)
+    """Until worker ``name`` is connected (claiming, and listening for notes) to one of the
+    nodes ``redis_url`` names (a cluster's seed list names them all)."""
+    clients = [aioredis.Redis.from_url(url) for url in redis_url.split(",")]
     try:
         async with asyncio.timeout(timeout_s):
             while True:
-                clients = await client.client_list()
-                if any(c.get("name") == name for c in clients):
-                    return
+                for client in clients:
+                    if any(c.get("name") == name for c in await client.client_list()):
+                        return
                 await asyncio.sleep(0.05)
     finally:
-        await client.aclose()
+        for client in clients:
+            await client.aclose()
 
 
 def stop_all(*procs: subprocess.Popen[bytes]) -> None:

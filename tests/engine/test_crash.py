@@ -1,5 +1,6 @@
-"""Crash recovery with real worker processes on Redis: SIGKILL mid-run (another worker resumes
-from the checkpoint), SIGSTOP past the lease (the stale worker is fenced out)."""
+"""Crash recovery with real worker processes on Redis and on a Redis Cluster: SIGKILL mid-run
+(another worker resumes from the checkpoint), SIGSTOP past the lease (the stale worker is
+fenced out)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,20 @@ import pytest
 from app.backends import Backend, make_backend
 from tests.engine.harness import events, new_record, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
+from tests.support.redis_cluster import is_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """One Redis, or the test cluster's seed list."""
+    return str(request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url"))
+
+
 @pytest.fixture
-async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=1.0)
+async def rbackend(store_url: str) -> AsyncIterator[Backend]:
+    b = make_backend(store_url, lease=1.0, cluster=is_cluster(store_url))
     await b.start()
     yield b
     await b.close()
@@ -44,17 +52,17 @@ def assert_clean_log(log: list[dict[str, object]]) -> None:
     assert types[-1] == "agent_end"
 
 
-async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, redis_url: str,
+async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, store_url: str,
                                                          tmp_path: Path) -> None:
     marks = tmp_path / "marks"
-    a = spawn_worker(redis_url, "A", marks, nap=5)
+    a = spawn_worker(store_url, "A", marks, nap=5)
     b = None
     try:
-        await wait_consumer(redis_url, "A")
+        await wait_consumer(store_url, "A")
         rec, _ = await rbackend.create_run(new_record())
         await wait_tool_start(rbackend, rec.id, "nap")
-        b = spawn_worker(redis_url, "B", marks, nap=0.2)
-        await wait_consumer(redis_url, "B")
+        b = spawn_worker(store_url, "B", marks, nap=0.2)
+        await wait_consumer(store_url, "B")
         loop = asyncio.get_running_loop()
         a.send_signal(signal.SIGKILL)
         t_kill = loop.time()
@@ -76,17 +84,17 @@ async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, redi
                                          "tool_result", "assistant"]
 
 
-async def test_sigstop_past_the_lease_is_fenced_out(rbackend: Backend, redis_url: str,
+async def test_sigstop_past_the_lease_is_fenced_out(rbackend: Backend, store_url: str,
                                                      tmp_path: Path) -> None:
     marks = tmp_path / "marks"
-    a = spawn_worker(redis_url, "A", marks, nap=1.5)
+    a = spawn_worker(store_url, "A", marks, nap=1.5)
     b = None
     try:
-        await wait_consumer(redis_url, "A")
+        await wait_consumer(store_url, "A")
         rec, _ = await rbackend.create_run(new_record())
         await wait_tool_start(rbackend, rec.id, "nap")
-        b = spawn_worker(redis_url, "B", marks, nap=1.5)
-        await wait_consumer(redis_url, "B")
+        b = spawn_worker(store_url, "B", marks, nap=1.5)
+        await wait_consumer(store_url, "B")
         a.send_signal(signal.SIGSTOP)
         await wait_event(rbackend, rec.id, "run_resumed", timeout=10)
         await asyncio.sleep(1.6)  # A's nap is long over
