@@ -498,11 +498,14 @@ class RedisBackend(ServiceEvents):
         """See ``Backend.heartbeat``: XCLAIM JUSTID resets the jobs' idle time."""
         me = orjson.dumps(worker)
         held = await asyncio.gather(*(self._run("HOLDS", [keys.run_key(run_id)], ["", me])
-                                      for run_id in run_ids))
-        jobs = [job for job in held if job]
-        if jobs:
+                                      for run_id in run_ids), return_exceptions=True)
+        jobs = [job for job in held if job and not isinstance(job, BaseException)]
+        if jobs:  # a run whose master is failing over must not cost the others their lease
             await self.client.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker, 0, jobs,
                                      justid=True)
+        failed = next((e for e in held if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
 
     @_guard
     async def finish(self, run_id: str, attempt: int) -> None:

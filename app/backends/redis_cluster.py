@@ -15,7 +15,9 @@ takes, steers and follow-ups, cancel; a new run and its job) are followed by ``W
 same connection. When no replica confirms in time, the call fails with ``ReplicaLag`` (a
 ``BackendError``, retried by the caller; the event writes are idempotent by token) unless the
 master has no replica attached at all — then there is nothing that could be promoted over it
-and the write stands. See docs/cluster.md for what an acknowledged write can still lose.
+and the write stands, and until a replica attaches (checked every ``ROLE_TTL`` s) writes to
+that master are not followed by ``WAIT``. See docs/cluster.md for what an acknowledged write
+can still lose.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from app.backends.redis_pipeline import ScriptPipeline
 
 WAIT_MS = 500
 """How long a write waits for one replica's acknowledgement (``WAIT 1 500``)."""
+ROLE_TTL = 1.0
+"""Seconds a master's replica count (``ROLE``) is trusted."""
 
 
 class ReplicaLag(RedisError):
@@ -67,7 +71,7 @@ def cluster_client(url: str, *, connect_timeout: float, socket_timeout: float,
     """The cluster client: slot map from the seeds, retried once on connection errors."""
     nodes, options = seed_nodes(url)
     return RedisCluster(
-        startup_nodes=nodes, max_connections=max_connections,
+        startup_nodes=nodes, max_connections=max_connections, require_full_coverage=False,
         socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
         retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
         retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name,
@@ -83,6 +87,9 @@ class NodeClients:
         self._most = max_connections
         self._clients: dict[str, Redis] = {}
         self._refresh: asyncio.Task[None] | None = None
+        self._replicas: dict[str, tuple[int, float]] = {}
+        """node name → (replicas attached, when seen)."""
+        self._role_checks: set[asyncio.Task[None]] = set()
 
     def node_of(self, key: str) -> ClusterNode:
         """The master that serves ``key``'s slot (as last known)."""
@@ -108,12 +115,30 @@ class NodeClients:
             self._refresh = asyncio.create_task(self.cluster.nodes_manager.initialize())
         await asyncio.shield(self._refresh)
 
+    def should_wait(self, node: ClusterNode) -> bool:
+        """Whether writes to ``node`` are followed by ``WAIT`` (it has replicas, or unknown).
+        A count older than ``ROLE_TTL`` is re-read in the background."""
+        count, seen = self._replicas.get(node.name, (1, 0.0))
+        if asyncio.get_running_loop().time() - seen > ROLE_TTL and not self._role_checks:
+            task = asyncio.create_task(self._check_role(node))
+            self._role_checks.add(task)
+            task.add_done_callback(self._role_checks.discard)
+        return count > 0
+
+    async def _check_role(self, node: ClusterNode) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            await self.replicas(node)
+
+    async def replicas(self, node: ClusterNode) -> int:
+        """How many replicas are attached to ``node`` now (``ROLE``)."""
+        role: Any = await self.client(node).execute_command("ROLE")  # type: ignore[no-untyped-call]
+        count = len(role[2]) if role and role[0] == b"master" else 0
+        self._replicas[node.name] = (count, asyncio.get_running_loop().time())
+        return count
+
     async def confirm(self, node: ClusterNode, acked: int) -> None:
         """Raise ``ReplicaLag`` if ``acked`` is 0 and ``node`` has replicas attached."""
-        if acked >= 1:
-            return
-        role: Any = await self.client(node).execute_command("ROLE")  # type: ignore[no-untyped-call]
-        if role and role[0] == b"master" and role[2]:
+        if acked < 1 and await self.replicas(node):
             raise ReplicaLag(f"no replica of {node.name} confirmed the write in {WAIT_MS} ms")
 
     async def close(self) -> None:
@@ -127,11 +152,14 @@ class NodeClients:
         """Run the commands ``fill`` queues on a pipeline to ``key``'s master, then ``WAIT``
         for a replica on the same connection; their results (``ReplicaLag`` if unconfirmed)."""
         node = self.node_of(key)
+        wait = self.should_wait(node)
         try:
             async with self.client(node).pipeline(transaction=False) as pipe:
                 fill(pipe)
-                pipe.execute_command("WAIT", 1, WAIT_MS)
-                *results, acked = await pipe.execute()
+                if wait:
+                    pipe.execute_command("WAIT", 1, WAIT_MS)
+                results = await pipe.execute()
+                acked = results.pop() if wait else 1
         except (RedisConnectionError, RedisTimeoutError, OSError):
             await self.refresh_quietly()
             raise
@@ -164,9 +192,12 @@ class DurablePipeline(ScriptPipeline):
         self._node = node
 
     def _after(self, pipe: Any) -> None:
-        pipe.execute_command("WAIT", 1, WAIT_MS)
+        if self._nodes.should_wait(self._node):
+            pipe.execute_command("WAIT", 1, WAIT_MS)
 
-    async def _settle(self, results: list[Any]) -> list[Any]:
+    async def _settle(self, results: list[Any], calls: int) -> list[Any]:
+        if len(results) == calls:  # sent without WAIT
+            return results
         *results, acked = results
         if isinstance(acked, Exception):
             raise acked

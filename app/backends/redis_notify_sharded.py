@@ -43,6 +43,12 @@ class ShardedNotifier(Notifier):
         self._followed[channel] = run_id
         await self._feeds.add(channel)
 
+    def watch(self, run_id: str) -> int | None:
+        """See ``Notifier.watch``; unknown while the run's subscription is not live (notes
+        sent meanwhile are missed, so the caller must read the log)."""
+        last = super().watch(run_id)
+        return last if self._feeds.live(notes_channel(run_id)) else None
+
     def _note(self, data: bytes) -> None:
         self._dispatch({"data": data})
 
@@ -57,8 +63,9 @@ class ShardedNotifier(Notifier):
             if event is not None:
                 event.set()
             cancel = self._cancels.get(run_id)
-            if cancel is not None and await self._recheck(run_id):
-                cancel.set()
+            with contextlib.suppress(Exception):  # the store failing: the flag waits
+                if cancel is not None and await self._recheck(run_id):
+                    cancel.set()
 
     async def _sweeper(self) -> None:
         loop = asyncio.get_running_loop()

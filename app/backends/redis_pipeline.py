@@ -60,7 +60,8 @@ class ScriptPipeline:
                 for script, keys, args, _ in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 self._after(pipe)
-                results = await self._settle(await pipe.execute(raise_on_error=False))
+                results = await self._settle(await pipe.execute(raise_on_error=False),
+                                             len(calls))
         except BaseException as exc:  # the connection failed: every call fails alike
             for *_, future in calls:
                 if not future.done():
@@ -83,8 +84,8 @@ class ScriptPipeline:
     def _after(self, pipe: Any) -> None:
         """Commands sent after the calls on the same connection (none here)."""
 
-    async def _settle(self, results: list[Any]) -> list[Any]:
-        """The calls' results from the pipeline's (may raise: every call fails alike)."""
+    async def _settle(self, results: list[Any], calls: int) -> list[Any]:
+        """The ``calls`` results from the pipeline's (may raise: every call fails alike)."""
         return results
 
     async def _direct(self, script: AsyncScript, keys: list[Any], args: list[Any],

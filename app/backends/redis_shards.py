@@ -47,12 +47,15 @@ class _Feed:
         self._on_message = on_message
         self._on_dropped = on_dropped
         self._task: asyncio.Task[None] | None = None
+        self._connecting = asyncio.Lock()
 
     async def subscribe(self, channel: str) -> None:
         """Subscribe (once) and wait until Redis confirmed it."""
-        if self._task is None:
-            await self.conn.connect()  # type: ignore[no-untyped-call]
-            self._task = asyncio.create_task(self._read(), name=f"shard-feed-{self.node.name}")
+        async with self._connecting:  # concurrent first subscribers connect once
+            if self._task is None:
+                await self.conn.connect()  # type: ignore[no-untyped-call]
+                self._task = asyncio.create_task(self._read(),
+                                                 name=f"shard-feed-{self.node.name}")
         if channel not in self.channels:
             self._confirm[channel] = asyncio.get_running_loop().create_future()
             self.channels.add(channel)
@@ -61,6 +64,11 @@ class _Feed:
         if future is not None:
             async with asyncio.timeout(CONFIRM_TIMEOUT):
                 await asyncio.shield(future)
+
+    def confirmed(self, channel: str) -> bool:
+        """Whether Redis confirmed ``channel`` on this (still open) connection."""
+        return channel in self.channels and channel not in self._confirm and \
+            self._task is not None and not self._task.done()
 
     async def unsubscribe(self, channel: str) -> None:
         if channel in self.channels:
@@ -121,8 +129,10 @@ class ShardFeeds:
         self._lost: set[str] = set()
         self._repair: asyncio.Task[None] | None = None
 
-    def __contains__(self, channel: str) -> bool:
-        return channel in self._where or channel in self._lost
+    def live(self, channel: str) -> bool:
+        """Whether ``channel`` is subscribed and confirmed now (its notes arrive)."""
+        feed = self._where.get(channel)
+        return feed is not None and feed.confirmed(channel)
 
     async def add(self, channel: str) -> None:
         """Subscribe ``channel`` on its master (returns when Redis confirmed it)."""

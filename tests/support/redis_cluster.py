@@ -77,7 +77,8 @@ class RedisCluster:
              "--appendonly", "no", "--dir", str(node_dir), "--cluster-enabled", "yes",
              "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-             "--cluster-replica-validity-factor", "0", "--repl-diskless-sync", "yes",
+             "--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "no",
+             "--repl-diskless-sync", "yes",
              "--repl-diskless-sync-delay", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
