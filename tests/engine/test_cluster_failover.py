@@ -16,7 +16,7 @@ import pytest
 from app.backends import Backend, BackendError, RunRecord, make_backend
 from app.backends.base import TERMINAL
 from app.backends.redis import RedisBackend
-from app.backends.redis_keys import JOBS_STREAM, run_key
+from app.backends.redis_keys import JOBS_STREAM, inflight_key, queue_key, run_key
 from app.queues import QueuedMessage
 from providers import fake
 from providers.base import ModelRequest
@@ -43,7 +43,7 @@ def until_finish(request: ModelRequest) -> Step:
 @pytest.fixture
 async def cluster_backends(cluster_url: str) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
     """The clients' backend and the worker's (separate connections, as separate processes)."""
-    made = [make_backend(cluster_url, lease=5.0, run_ttl=3600, cluster=True) for _ in range(2)]
+    made = [make_backend(cluster_url, lease=10.0, run_ttl=3600, cluster=True) for _ in range(2)]
     for b in made:
         await b.start()
     try:
@@ -119,7 +119,7 @@ async def test_master_failover_while_runs_stream(
     victim = master_port(api, JOBS_STREAM)  # dispatch and some runs lose their master
     resolve = scripted.resolver(lambda: FakeProvider(script=[until_finish], repeat=True))
     try:
-        async with worker(store, resolve, lease=5.0):
+        async with worker(store, resolve, lease=10.0):
             runs = await runs_around(api, victim, 3)
             tails = [asyncio.create_task(tail(api, r.id)) for r in runs]
             stop = asyncio.Event()
@@ -172,5 +172,16 @@ async def assert_clean(backend: Backend, run: RunRecord, client_view: list[tuple
     users = [e["message"]["content"] for e in log
              if e["type"] == "message_end" and e["message"]["role"] == "user"]
     injected = [u for u in users if u.startswith("steer ")]
-    assert sorted(injected) == sorted(steers)  # every accepted steer, once
-    assert users[-1] == FINISH and orjson.loads(stored[-1].data)["type"] == "agent_end"
+    why = await diagnosis(backend, run.id, log)
+    assert sorted(injected) == sorted(steers), why  # every accepted steer, once
+    assert users[-1] == FINISH, why
+    assert orjson.loads(stored[-1].data)["type"] == "agent_end"
+
+
+async def diagnosis(backend: Backend, run_id: str, log: list[dict[str, object]]) -> str:
+    """What a failure message needs: the run's queue, in-flight list and last events."""
+    client = backend.client  # type: ignore[attr-defined]
+    queued = await client.lrange(queue_key(run_id, "steer"), 0, -1)
+    inflight = await client.lrange(inflight_key(run_id, "steer"), 0, -1)
+    tail = [(e["type"], e.get("stop_reason"), str(e.get("message", ""))[:80]) for e in log[-8:]]
+    return f"queued {queued}, in flight {inflight}, last events {tail}"

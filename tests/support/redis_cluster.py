@@ -95,7 +95,8 @@ class RedisCluster:
         return [p for p, proc in self.procs.items() if proc.poll() is None]
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
-        """Until every live node reports ``cluster_state:ok`` and every slot has a master."""
+        """Until every live node reports ``cluster_state:ok``, every slot has a master and
+        every master its replica online (a restarted node has finished its sync)."""
         deadline = time.monotonic() + timeout
         while not self._healthy():
             if time.monotonic() > deadline:
@@ -110,6 +111,8 @@ class RedisCluster:
                 except redis.RedisError:
                     return False
                 if "cluster_state:ok" not in info or "cluster_slots_ok:16384" not in info:
+                    return False
+                if not _replication_settled(c):
                     return False
         return True
 
@@ -135,6 +138,15 @@ class RedisCluster:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _replication_settled(c: redis.Redis) -> bool:
+    """A replica's link is up; a master has its replica online (a replica still syncing
+    could be promoted without the data a test is about to write)."""
+    role = c.execute_command("ROLE")
+    if role[0] == b"slave":
+        return bool(role[3] == b"connected")
+    return bool(role[2])
 
 
 def _client(port: int) -> redis.Redis:
