@@ -128,7 +128,7 @@ async def test_master_failover_while_runs_stream(
             redis_cluster.kill(victim)
             loop = asyncio.get_running_loop()
             t_kill = loop.time()
-            outage = await until_served(api, runs[0].id)
+            outage, elsewhere = await until_served(api, runs[0].id, runs[-1].id)
             took = loop.time() - t_kill
             await asyncio.sleep(1.0)
             stop.set()
@@ -142,20 +142,26 @@ async def test_master_failover_while_runs_stream(
         redis_cluster.restart(victim)
         redis_cluster.wait_healthy()
     print(f"slot without a master for {took:.2f}s ({outage} failed calls)")
+    assert elsewhere == 0  # a run on a healthy master was served throughout
     assert all(e.status == "completed" for e in ends)
     for run, client_view in zip(runs, seen, strict=True):
         await assert_clean(api, run, client_view, accepted[run.id])
 
 
-async def until_served(backend: Backend, run_id: str) -> int:
-    """Poll a run on the killed master until its slot is served again; failed calls."""
-    failed = 0
+async def until_served(backend: Backend, run_id: str, elsewhere: str) -> tuple[int, int]:
+    """Poll a run on the killed master until its slot is served again, and one on a healthy
+    master meanwhile: how many calls failed for each."""
+    failed, other = 0, 0
     async with asyncio.timeout(30):
         while True:
             try:
+                await backend.get_run(elsewhere)
+            except BackendError:
+                other += 1
+            try:
                 await backend.get_run(run_id)
                 if failed:
-                    return failed
+                    return failed, other
             except BackendError:
                 failed += 1
             await asyncio.sleep(0.05)
