@@ -161,10 +161,13 @@ class RedisBackend(ServiceEvents):
         return keys.NOTIFY_CHANNEL if self._nodes is None else keys.notes_channel(run_id)
 
     async def ping(self) -> bool:
-        """Whether Redis answers now."""
+        """Whether Redis answers now (a cluster: whether any master does; one failing over
+        makes only its slots unavailable, not the service)."""
         try:
+            if self._nodes is not None:
+                return await self._nodes.any_master_answers()
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except (RedisError, RedisClusterException, OSError):
             return False
 
     # -- runs --------------------------------------------------------------------------

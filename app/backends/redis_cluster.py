@@ -136,6 +136,15 @@ class NodeClients:
         self._replicas[node.name] = (count, asyncio.get_running_loop().time())
         return count
 
+    async def any_master_answers(self) -> bool:
+        """Whether a master of the slot map answers ``PING`` (the map is read on first use)."""
+        if not self.cluster.get_primaries():
+            await self.cluster.initialize()
+        answers = await asyncio.gather(*(self.client(node).ping()
+                                         for node in self.cluster.get_primaries()),
+                                       return_exceptions=True)
+        return any(answer is True for answer in answers)
+
     async def confirm(self, node: ClusterNode, acked: int) -> None:
         """Raise ``ReplicaLag`` if ``acked`` is 0 and ``node`` has replicas attached."""
         if acked < 1 and await self.replicas(node):

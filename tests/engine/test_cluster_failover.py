@@ -126,6 +126,7 @@ async def test_master_failover_while_runs_stream(
             storm = asyncio.create_task(steer_storm(api, runs, stop))
             await asyncio.sleep(1.0)
             redis_cluster.kill(victim)
+            assert await api.ping()  # /readyz: the service is up, one shard fails over
             loop = asyncio.get_running_loop()
             t_kill = loop.time()
             outage, elsewhere = await until_served(api, runs[0].id, runs[-1].id)
