@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     port: int = 8000
     redis_url: str | None = None
     """Unset: the in-process memory backend (one process, nothing survives a restart)."""
+    redis_cluster: bool = False
+    """``true``: ``redis_url`` names seed nodes of a Redis Cluster (``redis://h1:p1,h2:p2``)."""
     default_model: str | None = None
     """Unset: the first provider with a key (openai, anthropic, gemini), else ``demo:echo``."""
     api_keys: str = ""

@@ -3,7 +3,8 @@
 ``make_backend(None)`` is the in-process default; a Redis URL selects the Redis backend (only
 ``app/backends/redis*.py`` import ``redis``). Settings: ``lease`` (seconds a claim lasts without
 a heartbeat of its worker, default 5), ``run_ttl`` (seconds a finished run is kept, default 7
-days) and, for Redis, ``connect_timeout``.
+days) and, for Redis, ``connect_timeout`` and ``cluster`` (the URL names seed nodes of a Redis
+Cluster).
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ idempotency keys) are touched by separate commands, never inside a per-run scrip
                                         its heartbeat); its pending jobs are taken once it lapses.
                                         One hash tag for all, so one MGET reads them on a Cluster
     al:notify                   channel ``e:<run>`` new events, ``c:<run>`` cancel asked
+    al:{<run>}:notes            shard channel: the same notes on Redis Cluster (SPUBLISH), one
+                                per run, so only the processes following the run receive them
+
+On Redis Cluster ``al:jobs`` is one key on one master; redis_cluster.py says why.
 """
 
 from __future__ import annotations
@@ -136,6 +140,11 @@ def tenant_threads_key(tenant: str) -> str:
 def worker_key(worker: str) -> str:
     """The worker's liveness key (one per worker, however many runs it holds)."""
     return f"al:{{workers}}:{worker}"
+
+
+def notes_channel(run_id: str) -> str:
+    """The run's shard channel (Redis Cluster): its notes, in the run's slot."""
+    return f"al:{{{run_id}}}:notes"
 
 
 def tenant_runs_key(tenant: str) -> str:

@@ -19,8 +19,9 @@ from app.backends.parking_base import DecisionRefused, ParkedState
 from app.events import ApprovalDecided, encode_event_body, utc_now
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
+    from app.backends.redis_cluster import ClusterScripts
     from app.backends.redis_pipeline import ScriptPipeline
 
 P = ParamSpec("P")
@@ -109,8 +110,8 @@ class RedisParking:
     """Mixed into ``RedisBackend`` (which has what the block below declares)."""
 
     if TYPE_CHECKING:
-        client: Redis
-        _pipeline: ScriptPipeline
+        client: Redis | RedisCluster
+        _pipeline: ScriptPipeline | ClusterScripts
 
         async def _drop_job(self, entry_id: bytes | str) -> None: ...
 

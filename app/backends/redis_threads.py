@@ -14,12 +14,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
+from app.backends.redis_cluster import ClusterScripts
 from app.backends.redis_notify import Notifier
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import encode_record
@@ -83,9 +84,9 @@ class RedisThreads:
 
     thread_ttl: float = DEFAULT_THREAD_TTL
     run_ttl: float
-    client: Redis
+    client: Redis | RedisCluster
     notifier: Notifier
-    _pipeline: ScriptPipeline
+    _pipeline: ScriptPipeline | ClusterScripts
 
     async def _ensure_group(self) -> None:
         raise NotImplementedError
