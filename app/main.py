@@ -21,7 +21,7 @@ from app.config import Settings, load_settings
 from app.errors import install_error_handlers
 from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
-from app.routes import ai_sdk, events, health, queue, runs, tools
+from app.routes import ag_ui, ai_sdk, events, health, queue, runs, tools
 from app.run_requests import ResolveProvider
 from app.services import check_tool_modules, open_services
 
@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app = FastAPI(title="agentloop", version="1", description=API_DESCRIPTION,
                   lifespan=lifespan)
     install_error_handlers(app)
-    for module in (runs, events, queue, tools, health, ai_sdk):
+    for module in (runs, events, queue, tools, health, ai_sdk, ag_ui):
         app.include_router(module.router)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)

@@ -72,6 +72,8 @@ class UIMessageProjector:
         if kind == "run_created":
             meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events"}
             return [{"type": "start", "messageId": event["run_id"], "messageMetadata": meta}]
+        if kind == "run_resumed":
+            return self._close_blocks()  # what the crashed worker left open
         if kind == "turn_start":
             self._turn = int(event["turn"])
             return [{"type": "start-step"}]

@@ -40,6 +40,12 @@ class Projector(Protocol):
         ...
 
 
+def poll_seconds(ping: float) -> float:
+    """How long a stream waits for events before it pings (``AGENTLOOP_SSE_PING_SECONDS``, at
+    most 5 s, as the native stream)."""
+    return max(0.05, min(ping, 5.0))
+
+
 def ends_run(event: dict[str, Any]) -> bool:
     """The run's own (``depth`` 0) ``agent_end``: the last event of its log."""
     return event.get("type") == "agent_end" and not event.get("depth")

@@ -21,7 +21,7 @@ from app.backends.base import TERMINAL, Backend
 from app.dialects.ai_sdk import HEADERS, UIMessageProjector
 from app.dialects.ai_sdk_request import CHAT_ID, ChatRequest, to_messages
 from app.dialects.conversation import conversation_run, latest_run, start_run
-from app.dialects.tail import projected_frames
+from app.dialects.tail import poll_seconds, projected_frames
 from app.errors import ApiError, documented
 from app.routes.deps import PrincipalDep, ServicesDep
 from app.routes.events import _seq
@@ -52,7 +52,7 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
     if system and "system" not in options:
         options["system"] = system
     record = await start_run(svc, who.tenant, conversation_run(body.id, messages, options))
-    return ui_stream(svc.backend, record.id, poll=_poll(svc.settings.sse_ping_seconds),
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
@@ -69,10 +69,5 @@ async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
     record = await latest_run(svc, who.tenant, chat_id)
     if record is None or record.status in TERMINAL:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
-    return ui_stream(svc.backend, record.id, poll=_poll(svc.settings.sse_ping_seconds),
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      after=after)
-
-
-def _poll(ping: float) -> float:
-    """How long a stream waits for events before it sends a ping."""
-    return max(0.05, min(ping, 5.0))
