@@ -58,6 +58,7 @@ from app.dialects.ag_ui_messages import result_message_id
 from app.dialects.nested import result_text
 
 _ENCODER = EventEncoder()
+_CUT_OFF = "the worker stopped before the call was complete"
 
 
 class AgUiProjector:
@@ -103,7 +104,7 @@ class AgUiProjector:
         if kind == "run_created":
             return self._run_start(event["run_id"])
         if kind == "run_resumed":
-            return self._close(lambda _: True)
+            return self._resumed()
         if kind == "agent_start":
             return self._agent_start(event) if event.get("depth") else []
         if kind == "turn_start":
@@ -128,6 +129,14 @@ class AgUiProjector:
         if kind == "agent_end":
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
         return []
+
+    def _resumed(self) -> list[BaseEvent]:
+        """Close what the crashed worker left open; a call cut off mid-arguments gets a
+        result saying so (else the client would take it for one it must answer)."""
+        cut = [key[1] for key in self._open if key[0] == "call"]
+        return [*self._close(lambda _: True),
+                *(ToolCallResultEvent(message_id=result_message_id(call_id), tool_call_id=call_id,
+                                      content=_CUT_OFF, role="tool") for call_id in cut)]
 
     def _run_start(self, run_id: str) -> list[BaseEvent]:
         started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)

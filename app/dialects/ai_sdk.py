@@ -49,6 +49,7 @@ class UIMessageProjector:
         self._turn = 0
         self._open: dict[int, tuple[str, str]] = {}  # content_index → (kind, part id)
         self._announced: set[str] = set()  # tool calls whose input is available
+        self._streaming: dict[str, str] = {}  # tool calls whose input is streaming → tool
         self._assistant_seen = False
         self._nested = NestedTrace()
         self._done = False
@@ -73,7 +74,7 @@ class UIMessageProjector:
             meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events"}
             return [{"type": "start", "messageId": event["run_id"], "messageMetadata": meta}]
         if kind == "run_resumed":
-            return self._close_blocks()  # what the crashed worker left open
+            return self._resumed()
         if kind == "turn_start":
             self._turn = int(event["turn"])
             return [{"type": "start-step"}]
@@ -117,6 +118,7 @@ class UIMessageProjector:
                                      delta["text"])
         call_id = delta["tool_call_id"]
         if kind == "toolcall_start":
+            self._streaming[call_id] = delta["tool_name"]
             return [{"type": "tool-input-start", "toolCallId": call_id,
                      "toolName": delta["tool_name"]}]
         if kind == "toolcall_delta":
@@ -144,8 +146,18 @@ class UIMessageProjector:
         if call_id in self._announced:
             return []
         self._announced.add(call_id)
+        self._streaming.pop(call_id, None)
         return [{"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
                  "input": args}]
+
+    def _resumed(self) -> list[dict[str, Any]]:
+        """Close what the crashed worker left open: text blocks, and calls whose arguments
+        never finished (the resumed reply makes its own)."""
+        cut = [{"type": "tool-input-error", "toolCallId": call_id, "toolName": name,
+                "input": {}, "errorText": "the worker stopped before the call was complete"}
+               for call_id, name in self._streaming.items()]
+        self._streaming = {}
+        return [*self._close_blocks(), *cut]
 
     def _tool_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         call_id = event["tool_call_id"]
