@@ -22,8 +22,10 @@ client's event verifier demands.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeAlias
 
 import orjson
 from ag_ui.core import (
@@ -31,7 +33,6 @@ from ag_ui.core import (
     CustomEvent,
     MessagesSnapshotEvent,
     ReasoningEndEvent,
-    ReasoningMessageContentEvent,
     ReasoningMessageEndEvent,
     ReasoningMessageStartEvent,
     ReasoningStartEvent,
@@ -58,6 +59,35 @@ from app.dialects.ag_ui_messages import result_message_id
 from app.dialects.nested import result_text
 
 _ENCODER = EventEncoder()
+
+
+@dataclass(slots=True, frozen=True)
+class Delta:
+    """A ``TEXT_MESSAGE_CONTENT``, ``REASONING_MESSAGE_CONTENT`` or ``TOOL_CALL_ARGS`` event,
+    the events of every streamed token, encoded straight to the bytes ``EventEncoder`` writes
+    for them (pydantic's model and serializer cost ~5x the rest of a frame; tests/js
+    test_dialect_logs.py checks the two encodings agree)."""
+
+    type: str
+    key: str
+    """``messageId`` or ``toolCallId``."""
+    id: str
+    delta: str
+    sub: str | None = None
+
+    def json(self, timestamp: int | None) -> bytes:
+        """The event's JSON, as the encoder writes it (unset fields left out)."""
+        out: dict[str, object] = {"type": self.type}
+        if timestamp is not None:
+            out["timestamp"] = timestamp
+        if self.sub is not None:
+            out["subagentRunId"] = self.sub
+        out[self.key] = self.id
+        out["delta"] = self.delta
+        return orjson.dumps(out)
+
+
+AgUiEvent: TypeAlias = BaseEvent | Delta
 _CUT_OFF = "the worker stopped before the call was complete"
 
 
@@ -89,7 +119,9 @@ class AgUiProjector:
         """Nothing: the stream ends with RUN_FINISHED or RUN_ERROR."""
         return []
 
-    def _frame(self, event: BaseEvent) -> bytes:
+    def _frame(self, event: BaseEvent | Delta) -> bytes:
+        if isinstance(event, Delta):
+            return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))
         if self._ts is not None and event.timestamp is None:
             event.timestamp = self._ts
         return b"id: %d\n%s" % (self._seq, _ENCODER.encode(event).encode())
@@ -99,7 +131,7 @@ class AgUiProjector:
         parent = event.get("parent_tool_call_id")
         return self._subagents.get(parent) if parent else None
 
-    def _events(self, event: dict[str, Any]) -> list[BaseEvent]:
+    def _events(self, event: dict[str, Any]) -> list[AgUiEvent]:
         kind, sub = event.get("type"), self._sub(event)
         if kind == "run_created":
             return self._run_start(event["run_id"])
@@ -130,7 +162,7 @@ class AgUiProjector:
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
         return []
 
-    def _resumed(self) -> list[BaseEvent]:
+    def _resumed(self) -> list[AgUiEvent]:
         """Close what the crashed worker left open; a call cut off mid-arguments gets a
         result saying so (else the client would take it for one it must answer)."""
         cut = [key[1] for key in self._open if key[0] == "call"]
@@ -138,14 +170,14 @@ class AgUiProjector:
                 *(ToolCallResultEvent(message_id=result_message_id(call_id), tool_call_id=call_id,
                                       content=_CUT_OFF, role="tool") for call_id in cut)]
 
-    def _run_start(self, run_id: str) -> list[BaseEvent]:
+    def _run_start(self, run_id: str) -> list[AgUiEvent]:
         started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)
         if self._history is None:
             return [started]
         return [started, MessagesSnapshotEvent.model_validate(
             {"type": "MESSAGES_SNAPSHOT", "messages": self._history})]
 
-    def _agent_start(self, event: dict[str, Any]) -> list[BaseEvent]:
+    def _agent_start(self, event: dict[str, Any]) -> list[AgUiEvent]:
         call_id = str(event["parent_tool_call_id"])
         tool, parent = self._calls.get(call_id, ("tool", None))
         sub_id = f"{event['run_id']}-sub{self._seq}"
@@ -155,7 +187,7 @@ class AgUiProjector:
         return [SubagentStartedEvent(subagent_run_id=sub_id, name=tool, parent_tool_call_id=call_id,
                                      parent_subagent_run_id=parent)]
 
-    def _agent_end(self, event: dict[str, Any], sub: str | None) -> list[BaseEvent]:
+    def _agent_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         if sub is None:
             return []
         self._open.pop(("subagent", sub), None)
@@ -164,7 +196,7 @@ class AgUiProjector:
                                        event["stop_reason"], code=event["stop_reason"])]
         return [SubagentFinishedEvent(subagent_run_id=sub, result=_final_text(event))]
 
-    def _step(self, kind: str, name: str, sub: str | None) -> list[BaseEvent]:
+    def _step(self, kind: str, name: str, sub: str | None) -> list[AgUiEvent]:
         key = ("step", f"{sub}/{name}")
         if kind == "turn_start":
             self._open[key] = StepFinishedEvent(step_name=name, subagent_run_id=sub)
@@ -172,7 +204,7 @@ class AgUiProjector:
         closing = self._open.pop(key, None)
         return [closing] if closing is not None else []
 
-    def _message_start(self, event: dict[str, Any], sub: str | None) -> list[BaseEvent]:
+    def _message_start(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         message, depth = event["message"], int(event["depth"])
         message_id = f"{event['run_id']}-m{self._seq}"
         if message.get("role") == "assistant":
@@ -188,7 +220,7 @@ class AgUiProjector:
                 TextMessageEndEvent(message_id=message_id)]
 
     def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
-               sub: str | None) -> list[BaseEvent]:
+               sub: str | None) -> list[AgUiEvent]:
         kind = delta["kind"]
         message_id = self._message.get(loop, f"m{self._seq}")
         if kind == "text_delta":
@@ -205,25 +237,23 @@ class AgUiProjector:
         if kind == "toolcall_delta":
             if not delta["text"] or ("call", call_id) not in self._open:
                 return []
-            return [ToolCallArgsEvent(tool_call_id=call_id, delta=delta["text"],
-                                      subagent_run_id=sub)]
+            return [Delta("TOOL_CALL_ARGS", "toolCallId", call_id, delta["text"], sub)]
         closing = self._open.pop(("call", call_id), None)
         return [closing] if closing is not None else []
 
-    def _text(self, message_id: str, text: str, sub: str | None) -> list[BaseEvent]:
-        out: list[BaseEvent] = []
+    def _text(self, message_id: str, text: str, sub: str | None) -> list[AgUiEvent]:
+        out: list[AgUiEvent] = []
         if ("text", message_id) not in self._open:
             self._open[("text", message_id)] = TextMessageEndEvent(message_id=message_id,
                                                                    subagent_run_id=sub)
             out.append(TextMessageStartEvent(message_id=message_id, role="assistant",
                                              subagent_run_id=sub))
         if text:
-            out.append(TextMessageContentEvent(message_id=message_id, delta=text,
-                                               subagent_run_id=sub))
+            out.append(Delta("TEXT_MESSAGE_CONTENT", "messageId", message_id, text, sub))
         return out
 
-    def _reasoning(self, message_id: str, text: str, sub: str | None) -> list[BaseEvent]:
-        out: list[BaseEvent] = []
+    def _reasoning(self, message_id: str, text: str, sub: str | None) -> list[AgUiEvent]:
+        out: list[AgUiEvent] = []
         if ("reasoning", message_id) not in self._open:
             self._open[("reasoning", message_id)] = ReasoningMessageEndEvent(
                 message_id=message_id, subagent_run_id=sub)
@@ -232,11 +262,10 @@ class AgUiProjector:
             out += [ReasoningStartEvent(message_id=message_id, subagent_run_id=sub),
                     ReasoningMessageStartEvent(message_id=message_id, subagent_run_id=sub)]
         if text:
-            out.append(ReasoningMessageContentEvent(message_id=message_id, delta=text,
-                                                    subagent_run_id=sub))
+            out.append(Delta("REASONING_MESSAGE_CONTENT", "messageId", message_id, text, sub))
         return out
 
-    def _message_end(self, loop: tuple[int, str]) -> list[BaseEvent]:
+    def _message_end(self, loop: tuple[int, str]) -> list[AgUiEvent]:
         """Close what the reply left open (its text, reasoning, calls cut short)."""
         message_id = self._message.pop(loop, None)
         if message_id is None:
@@ -244,11 +273,11 @@ class AgUiProjector:
         ids = {message_id, f"{message_id}-reasoning"}
         return self._close(lambda key: key[1] in ids)
 
-    def _close(self, which: Any) -> list[BaseEvent]:
+    def _close(self, which: Any) -> list[AgUiEvent]:
         keys = [key for key in self._open if which(key)]
         return [self._open.pop(key) for key in reversed(keys)]
 
-    def _announce(self, call_id: str, args: dict[str, Any], sub: str | None) -> list[BaseEvent]:
+    def _announce(self, call_id: str, args: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         """START/ARGS/END for a call that never streamed (it appears at its execution)."""
         if call_id in self._announced:
             return []
@@ -260,7 +289,7 @@ class AgUiProjector:
                                   subagent_run_id=sub),
                 ToolCallEndEvent(tool_call_id=call_id, subagent_run_id=sub)]
 
-    def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[BaseEvent]:
+    def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         call_id = event["tool_call_id"]
         out = self._announce(call_id, {}, sub)
         text = result_text(event["result"].get("content") or [])
@@ -268,7 +297,7 @@ class AgUiProjector:
                                           tool_call_id=call_id, content=text, role="tool",
                                           subagent_run_id=sub)]
 
-    def _run_end(self, event: dict[str, Any]) -> list[BaseEvent]:
+    def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
         out = self._close(lambda _: True)
         reason, run_id = event["stop_reason"], event["run_id"]
         if reason == "error":
@@ -295,6 +324,10 @@ def _final_text(event: dict[str, Any]) -> str:
 
 
 def _millis(ts: object) -> int | None:
-    if not isinstance(ts, str):
-        return None
+    return _parse_ts(ts) if isinstance(ts, str) else None
+
+
+@lru_cache(maxsize=64)
+def _parse_ts(ts: str) -> int:
+    """Epoch milliseconds of a stored ``ts`` (many events share one: cached)."""
     return int(datetime.fromisoformat(ts).timestamp() * 1000)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from app import metrics
 from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
 from app.sse import PAGE, PING
 
@@ -89,6 +90,7 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
                            cancel_on_disconnect: bool = False) -> AsyncIterator[bytes]:
     """The dialect's body for ``run_id`` (see the module docstring)."""
     finished = False
+    metrics.SSE_SUBSCRIBERS.inc()
     try:
         async for events in _pages(backend, run_id, poll):
             if not events:
@@ -102,6 +104,7 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
         finished = True
         yield b"".join(projector.finish())
     finally:
+        metrics.SSE_SUBSCRIBERS.dec()
         if not finished and cancel_on_disconnect:
             await _cancel(backend, run_id)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from ag_ui.core import ReasoningMessageContentEvent, TextMessageContentEvent, ToolCallArgsEvent
+from ag_ui.encoder import EventEncoder
 
-from app.dialects.ag_ui import AgUiProjector
+from app.dialects.ag_ui import AgUiProjector, Delta
 from app.dialects.ai_sdk import UIMessageProjector
 from app.dialects.tail import Projector
 from app.events import (
@@ -142,3 +144,21 @@ async def test_a_reply_cut_off_mid_call_and_an_error_end_stay_well_formed() -> N
     assert ai["errors"] == ["provider down"]
     tool = ai["message"]["parts"][2]
     assert tool["state"] == "output-error" and tool["errorText"] == "cut off"
+
+
+def test_the_fast_token_events_encode_as_the_official_encoder_does() -> None:
+    encoder = EventEncoder()
+    for sub, ts in ((None, None), ("sub-1", 1767225600000)):
+        cases = [(Delta("TEXT_MESSAGE_CONTENT", "messageId", "m1", "hé\n\"x\"", sub),
+                  TextMessageContentEvent(message_id="m1", delta="hé\n\"x\"",
+                                          subagent_run_id=sub, timestamp=ts)),
+                 (Delta("REASONING_MESSAGE_CONTENT", "messageId", "m1", "hmm", sub),
+                  ReasoningMessageContentEvent(message_id="m1", delta="hmm",
+                                               subagent_run_id=sub, timestamp=ts)),
+                 (Delta("TOOL_CALL_ARGS", "toolCallId", "c1", '{"a":', sub),
+                  ToolCallArgsEvent(tool_call_id="c1", delta='{"a":', subagent_run_id=sub,
+                                    timestamp=ts))]
+        for fast, official in cases:
+            wire = encoder.encode(official)
+            assert wire.startswith("data: ") and wire.endswith("\n\n")
+            assert orjson.loads(fast.json(ts)) == orjson.loads(wire[6:])
