@@ -52,7 +52,8 @@ def _check_thread(thread_id: str, field: str) -> None:
                        f"{field}: 1 to 128 letters, digits, '_' or '-'", field)
 
 
-@router.post("/ag-ui", response_class=EventSourceResponse,
+@router.post("/ag-ui", operation_id="agUiRunAgent",
+             response_class=EventSourceResponse,
              responses={**_STREAM, **documented(400, 401, 413, 415, 422, 503)})
 async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Run the agent on the input's last user message; stream AG-UI events."""
@@ -70,7 +71,8 @@ async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) ->
                         cancel_on_disconnect=props.cancel_on_disconnect)
 
 
-@router.get("/ag-ui/threads/{thread_id}/stream", response_class=EventSourceResponse,
+@router.get("/ag-ui/threads/{thread_id}/stream", operation_id="agUiReconnect",
+             response_class=EventSourceResponse,
             responses={**_STREAM, 204: {"description": "the thread has no active run"},
                        **documented(401, 404, 503)})
 async def reconnect(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Response:

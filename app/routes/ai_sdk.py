@@ -43,7 +43,8 @@ def ui_stream(backend: Backend, run_id: str, *, poll: float, after: int = 0,
     return response
 
 
-@router.post("/ai-sdk/chat", response_class=EventSourceResponse,
+@router.post("/ai-sdk/chat", operation_id="aiSdkChat",
+             response_class=EventSourceResponse,
              responses={**_STREAM, **documented(400, 401, 413, 415, 422, 503)})
 async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Answer the chat's last user message with a new run, streamed as UI message chunks."""
@@ -56,7 +57,8 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
-@router.get("/ai-sdk/chat/{chat_id}/stream", response_class=EventSourceResponse,
+@router.get("/ai-sdk/chat/{chat_id}/stream", operation_id="aiSdkResumeChat",
+             response_class=EventSourceResponse,
             responses={**_STREAM, 204: {"description": "the chat has no active run"},
                        **documented(401, 404, 422, 503)})
 async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,

@@ -32,6 +32,10 @@ OPERATIONS = {
     ("get", "/threads/{thread_id}/events"): "streamThreadEvents",
     ("post", "/runs/{run_id}/approvals"): "submitApproval",
     ("post", "/runs/{run_id}/tool_results"): "submitToolResult",
+    ("post", "/ai-sdk/chat"): "aiSdkChat",
+    ("get", "/ai-sdk/chat/{chat_id}/stream"): "aiSdkResumeChat",
+    ("post", "/ag-ui"): "agUiRunAgent",
+    ("get", "/ag-ui/threads/{thread_id}/stream"): "agUiReconnect",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",
