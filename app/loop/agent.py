@@ -343,8 +343,11 @@ class AgentLoop:
                             args=call.args))
         if gate.ask is None:
             raise _Parked(waiting)
-        for call in waiting:
-            gate.decisions[call.tool_call_id] = await gate.answer(call)
+        for call in waiting:  # in-process answers; a cancel stops the wait (picks skipped)
+            asking = asyncio.ensure_future(gate.answer(call))
+            if not await self.abortable.run(asking):
+                return
+            gate.decisions[call.tool_call_id] = asking.result()
 
     async def _run_decided(self, call: ToolCall) -> ToolResult:
         """Run a pick as its answer says (approved picks with the edited arguments)."""

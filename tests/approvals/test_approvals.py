@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from app.approvals.gate import NESTED
 from providers import fake
 from tests.api.conftest import Api
-from tests.approvals.helpers import RAN, Watch, decide, parked, results_sent, types
+from tests.approvals.helpers import (
+    RAN,
+    Watch,
+    decide,
+    parked,
+    results_sent,
+    types,
+    until_count,
+)
 
 
 async def test_approve_runs_the_tool_and_the_run_completes(api: Api) -> None:
@@ -80,6 +90,7 @@ async def test_several_picks_are_decided_one_by_one_and_run_in_the_models_order(
     watch = Watch(api, run["id"])
     waiting = await parked(api, run["id"])
     assert [p["tool_call_id"] for p in waiting["pending"]] == ["c1", "c3"]
+    await until_count(watch, "approval_requested", 2)  # the stream may trail the status
     assert [f.data["tool_call_id"] for f in watch.frames
             if f.event == "approval_requested"] == ["c1", "c3"]
     assert (await decide(api, run["id"], "c3", "deny", reason="keep b")).status_code == 202
@@ -139,9 +150,12 @@ async def test_a_parked_run_holds_no_active_slot(api: Api) -> None:
     api.fake.script = [fake.tool_calls(("hitl_delete", {"path": "p"}, "c1")), fake.text("ok")]
     run = await api.create(input="go", toolset="hitl_testing")
     await parked(api, run["id"])
-    metrics = (await api.client.get("/metrics")).text
-    active = [line for line in metrics.splitlines() if line.startswith("agentloop_active_runs ")]
-    assert active == ["agentloop_active_runs 0.0"]
+    async with asyncio.timeout(20):  # the runner lets go right after the status is written
+        while True:
+            metrics = (await api.client.get("/metrics")).text
+            if "agentloop_active_runs 0.0" in metrics.splitlines():
+                break
+            await asyncio.sleep(0.02)
     await decide(api, run["id"], "c1")
     await api.wait_status(run["id"], "completed")
 

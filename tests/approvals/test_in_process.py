@@ -4,11 +4,14 @@ denied."""
 
 from __future__ import annotations
 
+import asyncio
+
 from app import runtime
 from app.approvals.gate import NO_CALLBACK, Decision, WaitingCall
 from app.events import Event
 from providers import fake
 from providers.fake import FakeProvider
+from providers.messages import ToolResultMessage
 from tests.approvals.helpers import RAN, results_sent
 from tool_registry import function
 
@@ -70,3 +73,20 @@ async def test_a_nested_loop_asks_the_outer_callback() -> None:
     await runtime.exec("go", provider=outer, tools=[delegate], on_approval=on_approval)
     assert asked == ["n1"]
     assert results_sent(inner.requests[1]) == [("n1", False, "deleted deep")]
+
+
+async def test_a_cancel_stops_a_callback_that_never_answers() -> None:
+    abort = asyncio.Event()
+
+    async def on_approval(call: WaitingCall) -> bool:
+        abort.set()  # the caller cancels while the person thinks
+        await asyncio.Event().wait()
+        return True
+
+    p = FakeProvider([fake.tool_calls(("hitl_delete", {"path": "x"}, "c1")), fake.text("k")])
+    async with asyncio.timeout(30):
+        out = await runtime.exec("go", provider=p, tools=["hitl_delete"], abort=abort,
+                                 on_approval=on_approval)
+    assert out.stop_reason == "aborted" and p.calls == 1
+    result = out.messages[-1]
+    assert isinstance(result, ToolResultMessage) and result.is_error
