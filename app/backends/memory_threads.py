@@ -153,8 +153,10 @@ class MemoryThreads:
             return outcome
         self._settle_now(thread)
         outcome = self._post_now(thread, post)
-        if key is not None and outcome.action != "rejected":
-            thread.idem[key] = outcome.encode(post.request_hash)
+        if outcome.action != "rejected":
+            thread.record.updated_at = now()
+            if key is not None:
+                thread.idem[key] = outcome.encode(post.request_hash)
         self._touch(thread)
         return outcome
 
