@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import orjson
 
@@ -257,3 +258,15 @@ async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> N
     for keys_ in calls:
         tags = {re.search(r"\{([^}]*)\}", k)[1] for k in keys_}  # type: ignore[index]
         assert tags == {thread_id}, keys_
+
+
+async def test_a_threads_workspace_stays_while_the_thread_does(backend: Backend,
+                                                               tmp_path: Path) -> None:
+    from app.janitor import sweep
+
+    alive, gone = await new_thread(backend), new_thread_id()
+    for name in (alive, gone):
+        (tmp_path / name).mkdir()
+    assert await sweep(backend, tmp_path, grace=0) == [gone]
+    await threads(backend).delete_thread(alive)
+    assert await sweep(backend, tmp_path, grace=0) == [alive]
