@@ -6,7 +6,8 @@ Every worker process (``agentloop worker``, or ``serve`` with its embedded worke
 
     every sweep_seconds ─ for each directory in workspace_root (never the shared workspace):
         unchanged for GRACE_SECONDS (no entry added or removed directly in it)
-        and backend.get_run(name) is None  (expired, or never a stored run)
+        and backend.get_run(name) is None  (expired, or never a stored run; a thread's
+                                            directory: get_thread, app.threads.runs)
         ─▶ removed (in a thread)
 
 The grace keeps a directory that is being set up (or used by an in-process ``runtime.exec``,
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 from app.backends.base import Backend, BackendError
+from app.threads.runs import workspace_gone
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ async def sweep(backend: Backend, root: Path, *, grace: float | None = None,
     removed = []
     wait = GRACE_SECONDS if grace is None else grace
     for path in await asyncio.to_thread(_candidates, root, keep, wait):
-        if await backend.get_run(path.name) is None:
+        if await workspace_gone(backend, path.name):  # a run's, or a thread's
             await asyncio.to_thread(shutil.rmtree, path, True)
             removed.append(path.name)
     if removed:

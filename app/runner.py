@@ -32,7 +32,7 @@ from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.resume import LogState, ended_fields, read_log_state
 from app.run_sink import BackendQueue, EventSink, retrying
-from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs
+from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -227,6 +227,7 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config.deadline = run_deadline(record, deps.run_timeout)
     config.resolve = deps.resolve_provider
     config.gate = await parking.run_gate(deps.backend, record, deps.registry, menu, claim)
+    config.workspace = thread_workspace(record.id)  # a thread's runs share one
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume": resume,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}

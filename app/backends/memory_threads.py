@@ -10,8 +10,6 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from app.backends.base import (
     TERMINAL,
     IdempotencyConflict,
@@ -21,21 +19,17 @@ from app.backends.base import (
     with_seq,
 )
 from app.backends.base import StoredEvent as _Stored
+from app.backends.memory_thread_reads import MemoryThreadReads, Thread, copy_thread, wake
 from app.events import MessageQueued, RunCreated, encode_event_body, json_bytes, utc_now
 from app.queues import QueuedMessage, QueueKind
-from app.threads.ids import new_thread_run_id, thread_of_run
+from app.threads.ids import new_thread_run_id
 from app.threads.model import (
     PostOutcome,
     ThreadNotFound,
-    ThreadPage,
     ThreadPost,
     ThreadRecord,
-    parse_thread_cursor,
     successor,
-    thread_cursor,
-    thread_matches,
 )
-from app.threads.store import DEFAULT_THREAD_TTL
 from providers.messages import UserMessage, message_adapter
 
 if TYPE_CHECKING:
@@ -47,24 +41,10 @@ LEFTOVER_ORDER: tuple[tuple[str, QueueKind], ...] = (
 """The order messages a run never took are carried into the next run."""
 
 
-class _Thread:
-    __slots__ = ("changed", "expires", "idem", "inputs", "msgs", "record")
-
-    def __init__(self, record: ThreadRecord) -> None:
-        self.record = record
-        self.msgs: list[bytes] = []
-        self.inputs: dict[str, list[bytes]] = {}
-        self.idem: dict[str, str] = {}
-        self.expires: float | None = None
-        self.changed = asyncio.Event()
-
-
-class MemoryThreads:
+class MemoryThreads(MemoryThreadReads):
     """See the module docstring (and ``app.threads.store.ThreadStore``)."""
 
-    thread_ttl: float = DEFAULT_THREAD_TTL
     _runs: dict[str, RunRecord]
-    _state: dict[str, _RunState]
     _cancelled: set[str]
 
     def _record(self, run_id: str) -> RunRecord | None:
@@ -76,35 +56,10 @@ class MemoryThreads:
     def _cancel_event(self, run_id: str) -> asyncio.Event:
         raise NotImplementedError
 
-    @property
-    def _threads(self) -> dict[str, _Thread]:
-        found: dict[str, _Thread] | None = self.__dict__.get("_threads_")
-        if found is None:
-            found = self.__dict__["_threads_"] = {}
-        return found
-
     async def create_thread(self, record: ThreadRecord) -> None:
         """See ``ThreadStore.create_thread``."""
-        thread = self._threads[record.id] = _Thread(_copy(record))
+        thread = self._threads[record.id] = Thread(copy_thread(record))
         self._touch(thread)
-
-    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        """See ``ThreadStore.get_thread``."""
-        thread = self._thread(thread_id)
-        return _copy(thread.record) if thread else None
-
-    async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                           limit: int, cursor: str | None) -> ThreadPage:
-        """See ``ThreadStore.list_threads``."""
-        found = [t.record for t in list(self._threads.values())
-                 if t.record.tenant == tenant and self._thread(t.record.id) is not None]
-        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        after = parse_thread_cursor(cursor)
-        page = [_copy(r) for r in found if (after is None or (r.created_at, r.id) < after)
-                and thread_matches(r, status, metadata)][:limit + 1]
-        more = len(page) > limit
-        page = page[:limit]
-        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
 
     async def delete_thread(self, thread_id: str) -> None:
         """See ``ThreadStore.delete_thread``."""
@@ -117,28 +72,7 @@ class MemoryThreads:
         if waiting is not None:
             waiting.status, waiting.stop_reason, waiting.ended_at = "cancelled", "aborted", now()
             waiting.error = "the thread was deleted"
-        _wake(thread)
-
-    async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
-        """See ``ThreadStore.thread_messages``."""
-        thread = self._thread(thread_id)
-        if thread is None:
-            return []
-        out = list(thread.msgs)
-        active = thread.record.active_run
-        if active:
-            state = self._state.get(active)
-            out += (state.ckpt if state and state.ckpt else thread.inputs.get(active, []))
-        return [orjson.loads(m) for m in out]
-
-    async def thread_run_inputs(self, run_id: str) -> tuple[list[dict[str, Any]],
-                                                             list[dict[str, Any]]]:
-        """See ``ThreadStore.thread_run_inputs``."""
-        thread = self._thread(thread_of_run(run_id) or "")
-        if thread is None:
-            return [], []
-        return ([orjson.loads(m) for m in thread.msgs],
-                [orjson.loads(m) for m in thread.inputs.get(run_id, [])])
+        wake(thread)
 
     async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
         """See ``ThreadStore.post_thread_run``."""
@@ -153,8 +87,10 @@ class MemoryThreads:
             return outcome
         self._settle_now(thread)
         outcome = self._post_now(thread, post)
-        if key is not None and outcome.action != "rejected":
-            thread.idem[key] = outcome.encode(post.request_hash)
+        if outcome.action != "rejected":
+            thread.record.updated_at = now()
+            if key is not None:
+                thread.idem[key] = outcome.encode(post.request_hash)
         self._touch(thread)
         return outcome
 
@@ -167,20 +103,8 @@ class MemoryThreads:
         self._touch(thread)
         return started
 
-    async def wait_thread(self, thread_id: str, runs: int,
-                          timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
-        """See ``ThreadStore.wait_thread``."""
-        thread = self._thread(thread_id)
-        if thread is not None and len(thread.record.runs) <= runs:
-            try:
-                async with asyncio.timeout(timeout):
-                    await thread.changed.wait()
-            except TimeoutError:
-                pass
-        return await self.get_thread(thread_id)
-
     # -- the atomic steps ---------------------------------------------------------------
-    def _post_now(self, thread: _Thread, post: ThreadPost) -> PostOutcome:
+    def _post_now(self, thread: Thread, post: ThreadPost) -> PostOutcome:
         rec = thread.record
         ids = list(post.message_ids)
         if rec.active_run is None:
@@ -208,7 +132,7 @@ class MemoryThreads:
         return PostOutcome(action=action, run_id=rec.active_run, queued=True, message_ids=ids,
                            in_queue=True)
 
-    def _settle_now(self, thread: _Thread) -> str | None:
+    def _settle_now(self, thread: Thread) -> str | None:
         rec = thread.record
         if rec.active_run is None:
             return None
@@ -228,15 +152,15 @@ class MemoryThreads:
         rec.active_run, rec.next_run, rec.updated_at = start, None, now()
         if start:
             self._push_job(start)
-        _wake(thread)
+        wake(thread)
         return start
 
-    def _new_run(self, thread: _Thread, post: ThreadPost, *, dispatch: bool) -> None:
+    def _new_run(self, thread: Thread, post: ThreadPost, *, dispatch: bool) -> None:
         self._store_run(thread, post.candidate, list(post.prompts), post)
         if dispatch:
             self._push_job(post.candidate.id)
 
-    def _store_run(self, thread: _Thread, record: RunRecord, prompts: list[bytes],
+    def _store_run(self, thread: Thread, record: RunRecord, prompts: list[bytes],
                    post: ThreadPost | None = None) -> None:
         from app.backends.memory import _RunState
 
@@ -248,7 +172,7 @@ class MemoryThreads:
         thread.inputs[record.id] = prompts
         thread.record.runs.append(record.id)
         thread.record.updated_at = now()
-        _wake(thread)
+        wake(thread)
 
     def _log(self, run_id: str, event: MessageQueued) -> None:
         """Append a service event to the run's log in the same step (never after its end)."""
@@ -263,14 +187,7 @@ class MemoryThreads:
         self._cancelled.add(run_id)
         self._cancel_event(run_id).set()
 
-    def _thread(self, thread_id: str) -> _Thread | None:
-        thread = self._threads.get(thread_id)
-        if thread is not None and thread.expires is not None and thread.expires < now():
-            del self._threads[thread_id]
-            return None
-        return thread
-
-    def _touch(self, thread: _Thread) -> None:
+    def _touch(self, thread: Thread) -> None:
         """Activity: an idle thread expires ``thread_ttl`` s from now, a busy one never."""
         busy = thread.record.active_run is not None
         thread.expires = None if busy else now() + self.thread_ttl
@@ -293,18 +210,6 @@ def _user(raw: bytes) -> UserMessage:
     message = message_adapter.validate_json(raw)
     assert isinstance(message, UserMessage)
     return message
-
-
-def _wake(thread: _Thread) -> None:
-    thread.changed.set()
-    thread.changed = asyncio.Event()
-
-
-def _copy(record: ThreadRecord) -> ThreadRecord:
-    return ThreadRecord(id=record.id, tenant=record.tenant, created_at=record.created_at,
-                        updated_at=record.updated_at, metadata=dict(record.metadata),
-                        active_run=record.active_run, next_run=record.next_run,
-                        runs=list(record.runs))
 
 
 def _copy_run(record: RunRecord) -> RunRecord:

@@ -9,83 +9,40 @@ stream, the tenant's thread index) are written after the script, as ``create_run
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
-
-import orjson
-from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from typing import Any
 
 from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
 from app.backends.redis_cluster import ClusterScripts
-from app.backends.redis_notify import Notifier
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import encode_record
+from app.backends.redis_thread_reads import RedisThreadReads, guard
 from app.events import RunCreated, utc_now
-from app.threads.ids import new_thread_run_id, thread_of_run
+from app.threads.ids import new_thread_run_id
 from app.threads.model import (
     PostOutcome,
     ThreadNotFound,
-    ThreadPage,
     ThreadPost,
     ThreadRecord,
-    parse_thread_cursor,
     successor,
-    thread_cursor,
-    thread_matches,
 )
-from app.threads.store import DEFAULT_THREAD_TTL
 
-P = ParamSpec("P")
-T = TypeVar("T")
 ATTEMPTS = 100
 """Reads-then-script rounds before giving up on a thread that keeps changing."""
 _NO_RUN = "run_-"
-"""Stands in for a run role that is empty (its keys are in no slot anyone uses)."""
+"""Stands in for an empty run role: names in the thread's slot that nothing uses."""
 
 
-def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except (RedisError, OSError) as exc:
-            if isinstance(exc, ResponseError) and "NOSCRIPT" not in str(exc):
-                raise BackendError(str(exc)) from exc
-            raise BackendError(f"redis: {exc}") from exc
-
-    return wrapper
-
-
-def _role_keys(thread_id: str, run_id: str) -> list[str]:
+def role_keys(thread_id: str, run_id: str) -> list[str]:
     """A run role's eight keys; an empty role gets names in the thread's slot (never used)."""
-    return keys.thread_run_keys(run_id or new_thread_run_id(thread_id).replace(
-        "run_", _NO_RUN, 1))
+    return keys.thread_run_keys(run_id or f"{_NO_RUN}_{thread_id}")
 
 
-def _decode_thread(raw: dict[bytes, bytes], runs: list[bytes]) -> ThreadRecord | None:
-    if not raw or b"id" not in raw:
-        return None
-    text = {k.decode(): v.decode() for k, v in raw.items()}
-    return ThreadRecord(id=text["id"], tenant=text["tenant"],
-                        created_at=float(text["created_at"]),
-                        updated_at=float(text.get("updated_at") or text["created_at"]),
-                        metadata=orjson.loads(text.get("metadata") or "{}"),
-                        active_run=text.get("active_run") or None,
-                        next_run=text.get("next_run") or None,
-                        runs=[r.decode() for r in runs])
-
-
-class RedisThreads:
+class RedisThreads(RedisThreadReads):
     """See the module docstring (and ``app.threads.store.ThreadStore``)."""
 
-    thread_ttl: float = DEFAULT_THREAD_TTL
     run_ttl: float
-    client: Redis | RedisCluster
-    notifier: Notifier
     _pipeline: ScriptPipeline | ClusterScripts
 
     async def _ensure_group(self) -> None:
@@ -105,65 +62,7 @@ class RedisThreads:
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._thread_script(name), keys_, args)
 
-    @_guard
-    async def create_thread(self, record: ThreadRecord) -> None:
-        """See ``ThreadStore.create_thread``."""
-        thread = keys.thread_key(record.id, "thread")
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hset(thread, mapping={
-                "id": record.id, "tenant": record.tenant, "created_at": repr(record.created_at),
-                "updated_at": repr(record.updated_at), "metadata": orjson.dumps(record.metadata),
-                "active_run": "", "next_run": ""})
-            pipe.expire(thread, int(self.thread_ttl))
-            pipe.zadd(keys.tenant_threads_key(record.tenant), {record.id: record.created_at})
-            await pipe.execute()
-
-    @_guard
-    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        """See ``ThreadStore.get_thread``."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.thread_key(thread_id, "thread"))
-            pipe.lrange(keys.thread_key(thread_id, "runs"), 0, -1)
-            raw, runs = await pipe.execute()
-        return _decode_thread(raw, runs)
-
-    @_guard
-    async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                           limit: int, cursor: str | None) -> ThreadPage:
-        """See ``ThreadStore.list_threads``: the tenant's zset newest first, filtered."""
-        zkey = keys.tenant_threads_key(tenant)
-        after = parse_thread_cursor(cursor)
-        top: float | str = after[0] if after else "+inf"
-        page: list[ThreadRecord] = []
-        offset, chunk = 0, max(limit + 1, 50)
-        while len(page) <= limit:
-            rows: Any = await self.client.zrevrangebyscore(zkey, top, "-inf", start=offset,
-                                                           num=chunk)
-            if not rows:
-                break
-            offset += len(rows)
-            for record in await self._threads_of([r.decode() for r in rows], zkey):
-                if after is not None and (record.created_at, record.id) >= after:
-                    continue
-                if thread_matches(record, status, metadata) and len(page) <= limit:
-                    page.append(record)
-        more = len(page) > limit
-        page = page[:limit]
-        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
-
-    async def _threads_of(self, ids: list[str], zkey: str) -> list[ThreadRecord]:
-        async with self.client.pipeline(transaction=False) as pipe:
-            for thread_id in ids:
-                pipe.hgetall(keys.thread_key(thread_id, "thread"))
-                pipe.lrange(keys.thread_key(thread_id, "runs"), 0, -1)
-            raw = await pipe.execute()
-        found = [_decode_thread(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)]
-        gone = [t for t, r in zip(ids, found, strict=True) if r is None]
-        if gone:  # expired threads leave their index entry behind
-            await self.client.zrem(zkey, *gone)
-        return [r for r in found if r is not None]
-
-    @_guard
+    @guard
     async def delete_thread(self, thread_id: str) -> None:
         """See ``ThreadStore.delete_thread``."""
         for _ in range(ATTEMPTS):
@@ -172,43 +71,15 @@ class RedisThreads:
                 return
             active, waiting = record.active_run or "", record.next_run or ""
             answer = await self._script("DELETE", [
-                *keys.thread_keys(thread_id), *_role_keys(thread_id, active),
-                *_role_keys(thread_id, waiting)],
+                *keys.thread_keys(thread_id), *role_keys(thread_id, active),
+                *role_keys(thread_id, waiting)],
                 [active, waiting, keys.NOTIFY_CHANNEL, thread_id, int(self.run_ttl), now()])
             if answer != b"stale":
                 await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
                 return
         raise BackendError(f"thread {thread_id} kept changing")
 
-    @_guard
-    async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
-        """See ``ThreadStore.thread_messages``."""
-        record = await self.get_thread(thread_id)
-        if record is None:
-            return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.thread_key(thread_id, "msgs"), 0, -1)
-            if record.active_run:
-                pipe.lrange(keys.checkpoint_key(record.active_run), 0, -1)
-                pipe.lrange(keys.input_key(record.active_run), 0, -1)
-            found = await pipe.execute()
-        history = list(found[0])
-        if record.active_run:
-            history += found[1] or found[2]
-        return [orjson.loads(m) for m in history]
-
-    @_guard
-    async def thread_run_inputs(self, run_id: str) -> tuple[list[dict[str, Any]],
-                                                             list[dict[str, Any]]]:
-        """See ``ThreadStore.thread_run_inputs``."""
-        thread_id = thread_of_run(run_id) or ""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.lrange(keys.thread_key(thread_id, "msgs"), 0, -1)
-            pipe.lrange(keys.input_key(run_id), 0, -1)
-            history, prompts = await pipe.execute()
-        return [orjson.loads(m) for m in history], [orjson.loads(m) for m in prompts]
-
-    @_guard
+    @guard
     async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
         """See ``ThreadStore.post_thread_run``."""
         await self._ensure_group()
@@ -248,8 +119,8 @@ class RedisThreads:
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
             *fields]
         status, payload = await self._script("POST", [
-            *keys.thread_keys(record.id), *_role_keys(record.id, active),
-            *_role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
+            *keys.thread_keys(record.id), *role_keys(record.id, active),
+            *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
         return status.decode(), payload.decode()
 
     async def _after_post(self, record: ThreadRecord, post: ThreadPost,
@@ -264,7 +135,7 @@ class RedisThreads:
                 pipe.xadd(keys.JOBS_STREAM, {"run": post.candidate.id})
             await pipe.execute()
 
-    @_guard
+    @guard
     async def settle_thread(self, thread_id: str) -> str | None:
         """See ``ThreadStore.settle_thread``."""
         await self._ensure_group()
@@ -295,8 +166,8 @@ class RedisThreads:
             fields = [x for kv in encode_record(after).items() for x in kv]
             event = first_event_body(next_id, RunCreated(model=ended.model))[1]
         status, started = await self._script("SETTLE", [
-            *keys.thread_keys(record.id), *_role_keys(record.id, active),
-            *_role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
+            *keys.thread_keys(record.id), *role_keys(record.id, active),
+            *role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
             [active, waiting, next_id, now(), int(self.thread_ttl), keys.NOTIFY_CHANNEL,
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()
@@ -308,24 +179,6 @@ class RedisThreads:
                 pipe.zadd(keys.tenant_runs_key(tenant), {run_id: record.created_at})
             pipe.xadd(keys.JOBS_STREAM, {"run": run_id})
             await pipe.execute()
-
-    async def wait_thread(self, thread_id: str, runs: int,
-                          timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
-        """See ``ThreadStore.wait_thread`` (woken by the thread's ``e:<thread>`` notes)."""
-        import asyncio
-
-        await self.notifier.ensure_started()
-        waiter = self.notifier.events_waiter(thread_id)
-        record = await self.get_thread(thread_id)
-        if record is None or len(record.runs) > runs:
-            return record
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter.wait()
-        except TimeoutError:
-            return record
-        return await self.get_thread(thread_id)
-
 
 def _first_seq(record: RunRecord) -> RunRecord:
     record.last_seq = 1

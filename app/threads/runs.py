@@ -1,7 +1,8 @@
-"""What the runner does differently for a run of a thread (two calls in ``app/runner.py``).
+"""What the runner does differently for a run of a thread (hooks in ``app/runner.py``).
 
 A thread's run starts from the thread's history with its own input as prompts (so the new user
-messages stream as ``message_start``/``message_end`` and are checkpointed like any prompt);
+messages stream as ``message_start``/``message_end`` and are checkpointed like any prompt),
+in the thread's workspace (files carry over from turn to turn);
 when it has ended, the thread is settled: what it added joins the history and a message it
 never took starts the next run. Settling is idempotent and atomic, so the API (or a thread
 event stream) settling first, or again after a crash, changes nothing.
@@ -9,9 +10,11 @@ event stream) settling first, or again after a crash, changes nothing.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from app.backends.base import Backend
 from app.run_sink import retrying
-from app.threads.ids import thread_of_run
+from app.threads.ids import is_thread_id, thread_of_run
 from app.threads.store import threads
 from providers.messages import Message, load_messages
 
@@ -25,6 +28,26 @@ async def thread_inputs(backend: Backend, run_id: str) -> tuple[list[Message], l
     """``(context, prompts)`` of a thread's run: the history, then its own input."""
     history, prompts = await retrying(lambda: threads(backend).thread_run_inputs(run_id))
     return load_messages(history), load_messages(prompts)
+
+
+def thread_workspace(run_id: str) -> Path | None:
+    """Where a thread's runs keep their files: one directory per thread
+    (``AGENTLOOP_WORKSPACE_ROOT/<thread id>``), so a file written in one turn is there in the
+    next; None for a run of no thread, or when every run shares ``AGENTLOOP_WORKSPACE``."""
+    from tool_registry.builtin.settings import current
+
+    thread_id = thread_of_run(run_id)
+    settings = current()
+    if thread_id is None or settings.shared_workspace is not None:
+        return None
+    return settings.workspace_root / thread_id
+
+
+async def workspace_gone(backend: Backend, name: str) -> bool:
+    """Whether the run (or thread) a workspace directory is named after is no longer stored."""
+    if is_thread_id(name):
+        return await threads(backend).get_thread(name) is None
+    return await backend.get_run(name) is None
 
 
 async def settle_thread_of(backend: Backend, run_id: str) -> None:

@@ -19,7 +19,7 @@ from app.run_requests import (
     check_model,
     check_timeout,
     check_tools,
-    check_user_content,
+    normalise_input,
     request_hash,
     stored_request,
 )
@@ -46,26 +46,19 @@ def check_thread_id(thread_id: str) -> None:
 
 
 def prompts_of(value: str | list[dict[str, Any]]) -> list[UserMessage]:
-    """The posted user messages (422 naming ``input[i]`` for anything else)."""
-    if isinstance(value, str):
-        message = UserMessage(content=value)
-        check_user_content(message, "input")
-        return [message]
-    if not value:
-        raise ApiError(422, "validation_error", "input: must not be an empty list", "input")
+    """The posted user messages (422 naming ``input[i]...`` as for ``POST /runs``, and
+    ``input[i].role`` for a message that is not the user's)."""
+    normalised = normalise_input(value)
+    if isinstance(normalised, str):
+        return [UserMessage(content=normalised)]
     out = []
-    for i, raw in enumerate(value):
-        if not isinstance(raw, dict) or raw.get("role") != "user":
+    for i, raw in enumerate(normalised):
+        message = message_adapter.validate_python(raw)
+        if not isinstance(message, UserMessage):
             raise ApiError(422, "validation_error", f"input[{i}].role: a thread takes user "
                            "messages only (the thread holds the conversation)",
                            f"input[{i}].role")
-        try:
-            parsed = message_adapter.validate_python(raw)
-        except ValueError as exc:
-            raise ApiError(422, "validation_error", f"input[{i}]: {exc}", f"input[{i}]") from exc
-        assert isinstance(parsed, UserMessage)
-        check_user_content(parsed, f"input[{i}].content")
-        out.append(parsed)
+        out.append(message)
     return out
 
 

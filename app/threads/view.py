@@ -4,7 +4,7 @@ thread post answers with."""
 from __future__ import annotations
 
 from app.auth import Authenticator
-from app.backends.base import TERMINAL, Backend
+from app.backends.base import TERMINAL, Backend, RunNotFound
 from app.run_view import rfc3339, run_object
 from app.schemas import Run
 from app.threads.model import PostOutcome, ThreadRecord
@@ -46,7 +46,8 @@ async def post_answer(backend: Backend, outcome: PostOutcome, auth: Authenticato
                       tenant: str) -> Run:
     """The Run that carries a posted message, saying what the message did."""
     record = await backend.get_run(outcome.run_id)
-    assert record is not None, outcome.run_id
+    if record is None:  # an idempotent replay of a post whose run has expired since
+        raise RunNotFound(outcome.run_id)
     run = await run_object(backend, record)
     run.stream_token = auth.issue_token(run.id, tenant)
     run.multitask = MultitaskOutcome(action=outcome.action,  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 
 import orjson
 
@@ -219,3 +220,53 @@ def test_the_setting_reaches_the_backend() -> None:
     from app.backends import make_backend
 
     assert threads(make_backend(None, thread_ttl=123)).thread_ttl == 123.0
+
+
+async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> None:
+    """Each script call names only keys with its thread's hash tag (one Redis Cluster slot),
+    the keys of the thread's runs included; so do the run scripts a worker runs on them."""
+    import re
+
+    from app.backends import make_backend
+
+    backend = make_backend(redis_url, lease=1.0, run_ttl=3600)
+    await backend.start()
+    calls: list[list[str]] = []
+    pipeline = backend._pipeline  # type: ignore[attr-defined]
+    original = pipeline.call
+
+    async def recording(script: object, keys_: list[str], args: list[object]) -> object:
+        calls.append(list(keys_))
+        return await original(script, keys_, args)
+
+    pipeline.call = recording
+    try:
+        thread_id = await new_thread(backend)
+        store = threads(backend)
+        first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+        await store.post_thread_run(thread_id, make_post(thread_id, "u:two"))
+        claim = await backend.claim("w", 1.0)
+        assert claim is not None
+        await backend.take(first.run_id, "follow_up", "all", claim.attempt)
+        await end_run(backend, first.run_id, "u:one", "reply")
+        await store.settle_thread(thread_id)
+        await store.post_thread_run(thread_id, make_post(thread_id, "u:three", "interrupt"))
+        await store.delete_thread(thread_id)
+    finally:
+        await backend.close()
+    assert len(calls) >= 7
+    for keys_ in calls:
+        tags = {re.search(r"\{([^}]*)\}", k)[1] for k in keys_}  # type: ignore[index]
+        assert tags == {thread_id}, keys_
+
+
+async def test_a_threads_workspace_stays_while_the_thread_does(backend: Backend,
+                                                               tmp_path: Path) -> None:
+    from app.janitor import sweep
+
+    alive, gone = await new_thread(backend), new_thread_id()
+    for name in (alive, gone):
+        (tmp_path / name).mkdir()
+    assert await sweep(backend, tmp_path, grace=0) == [gone]
+    await threads(backend).delete_thread(alive)
+    assert await sweep(backend, tmp_path, grace=0) == [alive]

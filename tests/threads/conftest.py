@@ -9,6 +9,7 @@ long as a test needs, no sleeps).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import time
@@ -24,8 +25,8 @@ from app.backends.memory import MemoryBackend
 from app.main import create_app
 from providers.base import ModelRequest
 from providers.events import ProviderEvent
-from providers.fake import text
-from providers.messages import UserMessage
+from providers.fake import Step, text, tool_calls
+from providers.messages import ToolResultMessage, UserMessage
 from tests.api.conftest import make_settings
 from tests.support.live_server import LiveServer
 from tests.support.redis_server import redis_server_url, redis_url
@@ -62,8 +63,20 @@ class EchoProvider:
             await asyncio.sleep(random.random() * self.jitter)
         if self.hang:
             await asyncio.Event().wait()
-        for event in text(f"echo: {last_user_text(request)}").events:
+        for event in self._reply(request).events:
             yield event
+
+    @staticmethod
+    def _reply(request: ModelRequest) -> Step:
+        """``call <tool> <json args>`` calls that tool once; anything else is echoed."""
+        last = request.messages[-1] if request.messages else None
+        if isinstance(last, ToolResultMessage):
+            said = "".join(getattr(block, "text", "") for block in last.content)
+            return text(f"tool said: {said}")
+        words = last_user_text(request).split(" ", 2)
+        if len(words) == 3 and words[0] == "call":
+            return tool_calls((words[1], json.loads(words[2])))
+        return text(f"echo: {last_user_text(request)}")
 
 
 @dataclass

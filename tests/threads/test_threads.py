@@ -17,6 +17,7 @@ def texts(messages: list[dict]) -> list[tuple[str, str]]:
 
 
 async def test_a_thread_continues_across_runs(tapi: ThreadApi) -> None:
+    assert (await tapi.client.post("/threads")).status_code == 201  # no body: no metadata
     thread_id = await tapi.new_thread(chat="a")
     thread = await tapi.thread(thread_id)
     assert thread["status"] == "idle" and thread["messages"] == [] and thread["runs"] == []
@@ -122,3 +123,14 @@ async def test_tenants_are_isolated() -> None:
         assert listed == []
         assert thread["stream_token"]
 
+
+
+async def test_a_threads_runs_share_its_workspace(tapi: ThreadApi) -> None:
+    thread_id = await tapi.new_thread()
+    write = 'call write_file {"path": "note.txt", "content": "kept between turns"}'
+    for text in (write, 'call read_file {"path": "note.txt"}'):
+        run = (await tapi.post(thread_id, text, expect=201)).json()
+        await tapi.wait_run(run["id"], "completed")
+        await tapi.wait_idle(thread_id)
+    thread = await tapi.thread(thread_id)
+    assert "kept between turns" in texts(thread["messages"])[-1][1]
