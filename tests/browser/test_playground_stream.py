@@ -25,8 +25,9 @@ from tests.browser.playground_pages import (
 from tests.browser.test_eventsource import Recorder
 from tests.support.tcp_proxy import TcpProxy
 
-TTL = 1
-"""Seconds a stream token lives in the renewal test (the least the setting takes)."""
+TTL = 2
+"""Seconds a stream token lives in the renewal test (short, yet long enough for a reopen to
+use its fresh token on a loaded machine)."""
 
 
 @pytest.fixture(autouse=True)
@@ -48,12 +49,15 @@ async def test_an_expired_token_is_renewed_and_the_stream_goes_on(browser: Brows
         await tools_loaded(page)
         await start_run(page, "work slowly")
         await page.wait_for_selector(".tool.running .tool-state:text('running…')", timeout=WAIT)
-        opened = recorder.requests[0]["at"]
-        await asyncio.sleep(max(0.0, opened + TTL + 0.2 - time.monotonic()))  # token expired
+        # (a loaded machine may open the page's first stream after its token expired: the
+        # page renews it then too; what counts is the stream that was open when cut)
+        opened = [r for r in recorder.requests if r["status"] == 200][-1]
+        before = len(recorder.requests)
+        await asyncio.sleep(max(0.0, opened["at"] + TTL + 0.2 - time.monotonic()))
         proxy.sever()  # the browser reconnects with the old token: 401, EventSource closes
         deadline = time.monotonic() + 20
-        while [r["status"] for r in recorder.requests][-1:] != [200] \
-                or 401 not in [r["status"] for r in recorder.requests]:
+        while [r["status"] for r in recorder.requests[before:]][-1:] != [200] \
+                or 401 not in [r["status"] for r in recorder.requests[before:]]:
             assert time.monotonic() < deadline, recorder.requests
             await asyncio.sleep(0.02)
         GATE.set()
@@ -61,8 +65,8 @@ async def test_an_expired_token_is_renewed_and_the_stream_goes_on(browser: Brows
 
     seqs = await event_seqs(page)
     assert seqs == list(range(1, len(seqs) + 1))  # nothing twice, nothing lost
-    statuses = [r["status"] for r in recorder.requests]
-    assert statuses[0] == 200 and 401 in statuses and statuses[-1] == 200, statuses
+    after_cut = [r["status"] for r in recorder.requests[before:]]
+    assert after_cut[0] == 401 and after_cut[-1] == 200, recorder.requests  # renewed
     assert "answer after the renewal" in await page.inner_text("#transcript")
 
 
