@@ -176,7 +176,7 @@ ServiceEvent: TypeAlias = RunCreated | MessageQueued | MessageWithdrawn | RunRes
 Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
-_OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id"})
+OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id"})
 """Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null``."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -192,7 +192,7 @@ def _default(value: object) -> object:
     out = {}
     for name in names:
         item = getattr(value, name)
-        if item is not None or name not in _OMIT_IF_NONE:
+        if item is not None or name not in OMIT_IF_NONE:
             out[name] = item
     return out
 

@@ -249,3 +249,13 @@ def _tee(a: Callable[[Event], None], b: Callable[[Event], None]) -> Callable[[Ev
         a(event)
         b(event)
     return both
+
+
+def __getattr__(name: str) -> Any:
+    """``runtime.Thread`` / ``runtime.ThreadBusy``: the conversation helper
+    (``app.threads.conversation``, imported on first use: it builds on ``exec``)."""
+    if name in ("Thread", "ThreadBusy"):
+        from app.threads import conversation
+
+        return getattr(conversation, name)
+    raise AttributeError(f"module 'app.runtime' has no attribute {name!r}")

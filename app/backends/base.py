@@ -74,6 +74,8 @@ class RunRecord:
     worker: str | None = None
     last_seq: int = 0
     """The seq of the last event written (the next event gets ``last_seq + 1``)."""
+    loaded_tools: list[str] = field(default_factory=list)
+    """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -267,9 +269,10 @@ class Backend(Protocol):
         store round trip for a burst of new runs instead of one per run."""
         ...
 
-    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
-        """This worker is alive and still holds these runs (runs another worker has claimed
-        meanwhile are left alone)."""
+    async def heartbeat(self, worker: str) -> None:
+        """This worker is alive: the runs it holds stay its own for another lease. One write
+        per worker whatever the number of runs (claiming runs counts as one too); runs another
+        worker has claimed meanwhile stay with that worker."""
         ...
 
     async def finish(self, run_id: str, attempt: int) -> None:

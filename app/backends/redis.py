@@ -2,8 +2,13 @@
 
 Key layout in ``redis_keys``; every per-run write is one Lua script from ``redis_scripts``
 (atomic, fenced by the run's attempt). Dispatch is the ``al:jobs`` stream read through the
-``workers`` consumer group: a worker's pending entries are its runs; heartbeats reset their
-idle time (XCLAIM JUSTID) and a run idle longer than the lease is taken over (XAUTOCLAIM).
+``workers`` consumer group: a worker's pending entries are its runs. Liveness is one key per
+worker (``al:worker:<name>``, PX lease) that its heartbeat renews, whatever number of runs it
+holds; claiming workers look for holders whose key has lapsed and take their jobs::
+
+    every min(0.5 s, lease/4): XPENDING summary ─ MGET the holders' liveness keys
+      lapsed holder ─ XPENDING its jobs ─ XCLAIM (min idle lease/2: of two workers racing for
+      a job only the first gets it) ─ CLAIM script (attempt + 1 fences the lost worker out)
 
 Fail fast: connecting times out after ``connect_timeout`` (0.5 s) with one retry, so the API
 answers 503 within about a second; every Redis failure surfaces as ``BackendError``. Blocking
@@ -47,11 +52,14 @@ from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_notify import Notifier
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import decode_record, encode_fields, encode_record
+from app.backends.redis_threads import RedisThreads
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
 P = ParamSpec("P")
 T = TypeVar("T")
+_Entry = tuple[bytes, dict[bytes, bytes] | None]
+"""A job stream entry: its id and fields (None once deleted)."""
 BLOCK_MAX = 1.0
 """Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
 
@@ -76,14 +84,14 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
     return wrapper
 
 
-class RedisBackend(ServiceEvents):
+class RedisBackend(RedisThreads, ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
     ``client_name`` shows in CLIENT LIST (workers use their name)."""
 
     name = "redis"
 
-    def __init__(self, url: str, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0,
+    def __init__(self, url: str, *, lease: float = 5.0, run_ttl: float = 7 * 86400.0,
                  connect_timeout: float = 0.5, socket_timeout: float = 5.0,
                  max_connections: int = 256, client_name: str | None = None) -> None:
         self.lease = lease
@@ -95,12 +103,12 @@ class RedisBackend(ServiceEvents):
             retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name)
         self.client: Redis = Redis(connection_pool=pool)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
-            "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
+            "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
         self._pipeline = ScriptPipeline(self.client)
         self.notifier = Notifier(self.client, self.cancel_requested)
         self._group_ready = False
-        self._next_autoclaim = 0.0
+        self._next_scan = 0.0
 
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._s[name], keys_, args)
@@ -394,15 +402,14 @@ class RedisBackend(ServiceEvents):
         deadline = loop.time() + timeout
         while True:
             entries: list[tuple[bytes, dict[bytes, bytes] | None]] = []
-            if loop.time() >= self._next_autoclaim:
-                lapsed: Any = await self.client.xautoclaim(
-                    keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 1000), "0-0",
-                    count=count)
-                entries = list(lapsed[1])
+            if loop.time() >= self._next_scan:
+                entries = await self._lapsed(worker, count)
                 if not entries:
-                    self._next_autoclaim = loop.time() + min(1.0, self.lease / 4)
+                    self._next_scan = loop.time() + min(0.5, self.lease / 4)
             if not entries:
-                block = min(BLOCK_MAX, deadline - loop.time())
+                # wake for the next scan too: a lapsed worker is noticed within one interval
+                block = min(BLOCK_MAX, deadline - loop.time(),
+                            max(self._next_scan - loop.time(), 0.05))
                 if block <= 0:
                     return []
                 rows: Any = await self.client.xreadgroup(
@@ -411,7 +418,35 @@ class RedisBackend(ServiceEvents):
                 entries = [entry for _, found in rows or [] for entry in found]
             claims = await self._assign_all(worker, entries)
             if claims:
+                await self._alive(worker)  # a claim is a heartbeat
                 return claims
+
+    async def _lapsed(self, worker: str, count: int) -> list[_Entry]:
+        """Jobs of workers whose liveness key has lapsed, now claimed for ``worker``."""
+        summary: Any = await self.client.xpending(keys.JOBS_STREAM, keys.JOBS_GROUP)
+        me = worker.encode()
+        holders = [c["name"] for c in summary.get("consumers") or [] if c["name"] != me]
+        if not holders:
+            return []
+        alive: Any = await self.client.mget([keys.worker_key(h.decode()) for h in holders])
+        entries: list[_Entry] = []
+        for holder, live in zip(holders, alive, strict=True):
+            if not live and len(entries) < count:
+                entries += await self._jobs_of(holder, worker, count - len(entries))
+        return entries
+
+    async def _jobs_of(self, holder: bytes, worker: str, count: int) -> list[_Entry]:
+        rows: Any = await self.client.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+",
+                                                     count, consumername=holder)
+        if not rows:
+            return []
+        claimed: Any = await self.client.xclaim(
+            keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 500),
+            [r["message_id"] for r in rows])
+        return list(claimed)
+
+    async def _alive(self, worker: str) -> None:
+        await self.client.set(keys.worker_key(worker), b"1", px=max(1, int(self.lease * 1000)))
 
     async def _assign_all(self, worker: str, entries: list[tuple[bytes, dict[bytes, bytes] | None]]
                           ) -> list[Claim]:
@@ -444,15 +479,9 @@ class RedisBackend(ServiceEvents):
             await pipe.execute()
 
     @_guard
-    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
-        """See ``Backend.heartbeat``: XCLAIM JUSTID resets the jobs' idle time."""
-        me = orjson.dumps(worker)
-        held = await asyncio.gather(*(self._run("HOLDS", [keys.run_key(run_id)], ["", me])
-                                      for run_id in run_ids))
-        jobs = [job for job in held if job]
-        if jobs:
-            await self.client.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker, 0, jobs,
-                                     justid=True)
+    async def heartbeat(self, worker: str) -> None:
+        """See ``Backend.heartbeat``: one SET of the worker's liveness key (PX lease)."""
+        await self._alive(worker)
 
     @_guard
     async def finish(self, run_id: str, attempt: int) -> None:

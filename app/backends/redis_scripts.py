@@ -84,12 +84,6 @@ end
 return attempt
 """
 
-# KEYS run; ARGV '', worker (JSON). Returns the job entry id if this worker holds the run.
-HOLDS = _PRELUDE + """
-if redis.call('HGET', run, 'worker') == ARGV[2] then return redis.call('HGET', run, 'job') end
-return false
-"""
-
 # KEYS run + every other key of the run; ARGV attempt, ttl seconds. Returns the job entry id.
 FINISH = _PRELUDE + """
 redis.call('HSET', run, 'worker', 'null')

@@ -105,6 +105,34 @@ class LoopOutcome:
     usage: Usage
 
 
+@dataclass(slots=True, kw_only=True)
+class Resume:
+    """Where a run taken over from a lost worker stands (``app.resume`` reads it from the log).
+    The events of ``messages`` were written; the loop sends no ``agent_start``, continues an
+    open turn and counts ``rounds`` against ``max_iterations``."""
+
+    messages: list[Message]
+    """What the run had added (its checkpoint), already part of ``context``."""
+    rounds: int = 0
+    """Rounds already made (depth-0 ``turn_start``s written)."""
+    turn_open: bool = False
+    """The last of them has no ``turn_end``: the loop finishes that turn first."""
+
+
+def _last_reply(resume: Resume) -> AssistantMessage | None:
+    """The reply of the last round made, or None when that round's model call never ended."""
+    replies = [m for m in resume.messages if isinstance(m, AssistantMessage)]
+    if not replies or (resume.turn_open and len(replies) < resume.rounds):
+        return None
+    return replies[-1]
+
+
+def _results_after(context: list[Message], reply: AssistantMessage) -> list[ToolResultMessage]:
+    """The tool results that follow ``reply`` in the history (its turn's results)."""
+    at = max(i for i, m in enumerate(context) if m is reply)
+    return [m for m in context[at + 1:] if isinstance(m, ToolResultMessage)]
+
+
 class _Aborted(Exception):
     """Internal: the abort signal was seen between steps."""
 
@@ -141,6 +169,8 @@ class AgentLoop:
         self.pending_msgs: list[Message] = []
         """Messages to inject before the next model call (prompts and taken queue messages)."""
         self.invalid_args: dict[str, str] = {}
+        self.reopened = False
+        """The next round continues the turn a lost attempt started (no new turn_start)."""
 
     def emit(self, event: Event) -> None:
         """Stamp depth and parent on nested events, then hand the event to the sink."""
@@ -149,16 +179,19 @@ class AgentLoop:
             event.parent_tool_call_id = self.cfg.parent_tool_call_id
         self._emit_raw(event)
 
-    async def run(self, prompts: list[Message], resume_from: list[Message] | None) -> LoopOutcome:
+    async def run(self, prompts: list[Message], resume: Resume | None) -> LoopOutcome:
         """The whole run; exactly one ``agent_end`` unless this task is cancelled."""
         try:
-            if resume_from is None:
+            if resume is None:
                 self.emit(AgentStart(model=self.cfg.model_label or self.cfg.model,
                                      tools=self.menu.names()))
             else:
-                self.added.extend(resume_from)
-                self.turn = sum(isinstance(m, AssistantMessage) for m in resume_from)
-            outcome = await self._run(prompts, resume=resume_from is not None)
+                self.added.extend(resume.messages)
+                self.rounds = self.turn = resume.rounds
+                for reply in resume.messages:  # a forced tool_choice honoured before stays reset
+                    if isinstance(reply, AssistantMessage):
+                        self._maybe_reset_choice(reply)
+            outcome = await self._run(prompts, resume)
         except _Aborted:
             outcome = self._outcome(*self.abortable.stop_reason())
         except asyncio.CancelledError:
@@ -174,17 +207,17 @@ class AgentLoop:
                            usage=outcome.usage, messages=list(outcome.messages)))
         return outcome
 
-    async def _run(self, prompts: list[Message], *, resume: bool) -> LoopOutcome:
-        if resume:  # a crash between a tool call and its result: run what has no result
-            resumed_calls = unanswered_calls(self.context)
-            if resumed_calls:
-                await self._execute(resumed_calls, None)
+    async def _run(self, prompts: list[Message], resume: Resume | None) -> LoopOutcome:
+        more_tools = True
+        if resume is not None:
+            more_tools, ended = await self._resume(resume)
+            if ended is not None:
+                return ended
         self.pending_msgs = list(prompts)
         await self._poll(self.steering, self.cfg.steering_mode)
         while True:
-            more_tools = True
             while more_tools or self.pending_msgs:
-                if self._cap_reached():
+                if not self.reopened and self._cap_reached():
                     return self._outcome("max_iterations", None)
                 message = await self._round()
                 if message.stop_reason in ("error", "aborted"):
@@ -200,15 +233,33 @@ class AgentLoop:
             if not self.pending_msgs:
                 return self._outcome("stop", None)
 
+    async def _resume(self, resume: Resume) -> tuple[bool, LoopOutcome | None]:
+        """Finish what the lost attempt left open, as the loop would have: ``(whether the
+        model is called next, the outcome when the run ends here)``."""
+        reply = _last_reply(resume)
+        if reply is None:  # no reply in this turn yet: its model call is made (again)
+            self.reopened = resume.turn_open
+            return True, None
+        if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
+            await self._execute(unanswered_calls(self.context), reply)
+            self.emit(TurnEnd(message=reply, tool_results=_results_after(self.context, reply)))
+        if reply.stop_reason in ("error", "aborted"):
+            return False, self._outcome(reply.stop_reason, reply.error_message)
+        self._check_abort()
+        return bool(reply.tool_calls()), None
+
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations
         return cap is not None and self.rounds >= max(1, cap)
 
     async def _round(self) -> AssistantMessage:
         self._check_abort()
-        self.turn += 1
-        self.rounds += 1
-        self.emit(TurnStart(turn=self.turn))
+        if self.reopened:  # the lost attempt's turn goes on: already started and counted
+            self.reopened = False
+        else:
+            self.turn += 1
+            self.rounds += 1
+            self.emit(TurnStart(turn=self.turn))
         await self._inject_pending()
         request = self._request()
         message, self.invalid_args = await stream_assistant(self.provider, request, self.emit,
@@ -366,12 +417,13 @@ async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,
                    context: list[Message], emit: Emit, prompts: list[Message] | None = None,
                    steering: MessageSource | None = None, follow_up: MessageSource | None = None,
                    abort: asyncio.Event | None = None,
-                   resume_from: list[Message] | None = None) -> LoopOutcome:
+                   resume: Resume | None = None) -> LoopOutcome:
     """Run the loop over ``context`` (extended in place) after injecting ``prompts``.
 
-    ``resume_from`` continues a crashed run: the messages it had already added (their events
-    were already emitted), so no ``agent_start`` is sent and unanswered tool calls run first.
+    ``resume`` continues a run another worker lost: no ``agent_start`` is sent, the open turn
+    is finished first (unanswered tool calls run, or the interrupted model call is made again)
+    and a run whose last reply was its final answer ends without calling the model again.
     """
     loop = AgentLoop(provider=provider, menu=menu, config=config, context=context, emit=emit,
                      steering=steering, follow_up=follow_up, abort=abort or asyncio.Event())
-    return await loop.run(list(prompts or []), resume_from)
+    return await loop.run(list(prompts or []), resume)
