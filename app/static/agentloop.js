@@ -115,7 +115,7 @@ class Subscription {
         return;
       }
       if (this.renewals++ >= 3) throw new Error('the event stream keeps closing');
-      setTimeout(() => this.done || this.open(run), ended ? 0 : 500 * this.renewals);
+      setTimeout(() => this.done || this.open(run), ended ? 0 : 250 * this.renewals);
     } catch (error) {
       this.close();
       this.handlers.onError(error);

@@ -8,6 +8,8 @@ import {Transcript} from './transcript.js';
 const $ = (id) => document.getElementById(id);
 const KEY = 'agentloop.key';  // sessionStorage: typed once, kept while the tab lives
 const RUN = 'agentloop.run';
+const STATUS_AFTER = {stop: 'completed', max_iterations: 'completed', error: 'failed',
+  aborted: 'cancelled'};
 
 class Playground {
   constructor() {
@@ -79,11 +81,15 @@ class Playground {
     const user = event.type === 'message_start' && event.message.role === 'user';
     if (this.live && (user || event.type === 'message_queued'
                       || event.type === 'message_withdrawn')) this.refreshQueue();
-    if (event.type === 'agent_end' && event.depth === 0) this.setLive(false, this.run);
+    if (event.type === 'agent_end' && event.depth === 0) {  // the run's status follows it
+      this.run = {...this.run, status: STATUS_AFTER[event.stop_reason] ?? 'completed'};
+      this.setLive(false, this.run);
+    }
     if (follow) window.scrollTo({top: document.documentElement.scrollHeight});
   }
 
   onEnd(run) {
+    this.run = run;
     this.setLive(false, run);
     this.queue.show([]);
     this.refreshRuns();
@@ -166,6 +172,7 @@ class Playground {
         if (key) {
           sessionStorage.setItem(KEY, key);
           this.client.apiKey = key;
+          $('forget-key').hidden = false;
           return this.call(action);
         }
       }
@@ -196,9 +203,11 @@ class Playground {
     $('cancel').addEventListener('click', () => this.cancel());
     $('new-run').addEventListener('click', () => this.reset());
     $('refresh-runs').addEventListener('click', () => this.refreshRuns());
+    $('forget-key').hidden = !this.client.apiKey;
     $('forget-key').addEventListener('click', () => {
       sessionStorage.removeItem(KEY);
       this.client.apiKey = null;
+      $('forget-key').hidden = true;
     });
   }
 }

@@ -66,12 +66,14 @@ export class QueuePanel {
 }
 
 /** Asks for the API key in `dialog` (a <dialog> holding a form with an input); resolves
- * with what was typed. */
+ * with what was typed (empty if dismissed). */
 export function askKey(dialog) {
+  if (dialog.open) return dialog.answer;  // several calls met the 401: one question
   const input = dialog.querySelector('input');
   input.value = '';
   dialog.showModal();
-  return new Promise((resolve) => {
+  dialog.answer = new Promise((resolve) => {
     dialog.addEventListener('close', () => resolve(input.value.trim()), {once: true});
   });
+  return dialog.answer;
 }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import typing
 from pathlib import Path
 
+from app.events import Event
 from app.routes.playground import CSP
 from tests.api.conftest import serve
 
@@ -47,3 +50,13 @@ async def test_the_playground_can_be_turned_off() -> None:
         page = await api.client.get("/")
         assert page.status_code == 404
         assert (await api.client.get("/static/app.js")).status_code == 404
+
+
+def test_the_client_listens_to_every_event_type() -> None:
+    """EventSource delivers a named event only to a listener of that name: a type missing from
+    agentloop.js's list would never reach the page."""
+    source = (STATIC / "agentloop.js").read_text()
+    listed = re.search(r"EVENT_TYPES = \[(.*?)\];", source, re.S)
+    assert listed is not None
+    names = set(re.findall(r"'(\w+)'", listed[1]))
+    assert names == {cls.__dataclass_fields__["type"].default for cls in typing.get_args(Event)}

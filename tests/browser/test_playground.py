@@ -161,3 +161,38 @@ async def test_a_nested_run_shows_under_its_tool_call(browser: Browser) -> None:
         assert await texts(page, f"{nested} .assistant .text") == ["inner done"]
         assert await texts(page, f"{nested} .end") == ["nested loop ended: stop · 15 tokens"]
         assert await texts(page, "#transcript > .assistant > .text") == ["outer done"]
+
+
+WATCH = """() => {
+  const seen = window.watched = {args: [], text: []};
+  new MutationObserver(() => {
+    for (const node of document.querySelectorAll('#transcript .tool .args')) {
+      if (seen.args.at(-1) !== node.textContent) seen.args.push(node.textContent);
+    }
+    for (const node of document.querySelectorAll('#transcript > .assistant > .text')) {
+      if (seen.text.at(-1) !== node.textContent) seen.text.push(node.textContent);
+    }
+  }).observe(document.getElementById('transcript'),
+             {subtree: true, childList: true, characterData: true});
+}"""
+
+
+async def test_text_and_arguments_show_as_they_stream(browser: Browser) -> None:
+    async with serve() as api:
+        api.fake.script = [fake.tool_calls(("pg_delegate", {"task": "a task in four pieces"}),
+                                           arg_chunks=4, delay=0.05),
+                           fake.text("inner"),
+                           fake.text("the answer arrives in pieces", chunks=4, delay=0.05)]
+        _, page = await open_page(browser, api.url)
+        await tools_loaded(page)
+        await page.evaluate(WATCH)
+        await start_run(page, "go")
+        await ended(page)
+        watched = await page.evaluate("window.watched")
+    raw = '{"task": "a task in four pieces"}'
+    partial = [a for a in watched["args"] if a and raw.startswith(a) and a != raw]
+    assert len(partial) >= 2, watched["args"]  # the raw JSON growing, piece by piece
+    assert watched["args"][-1] == '{\n  "task": "a task in four pieces"\n}'  # then parsed
+    growing = [t for t in watched["text"] if t and t != "the answer arrives in pieces"]
+    assert len(growing) >= 2 and all("the answer arrives in pieces".startswith(t)
+                                     for t in growing), watched["text"]
