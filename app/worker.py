@@ -14,7 +14,8 @@ The backend being unreachable never ends the worker: claims and heartbeats log a
 ``resolve_provider`` function (``"provider:model"`` → ``(Provider, model_id)``); tests use it
 to give a subprocess worker a scripted provider. Other settings: ``AGENTLOOP_REDIS_URL``,
 ``AGENTLOOP_LEASE`` (s), ``AGENTLOOP_RUN_TTL`` (s), ``AGENTLOOP_WORKER_CONCURRENCY``,
-``AGENTLOOP_WORKER_NAME``, ``AGENTLOOP_DISABLED_TOOLS`` (comma-separated).
+``AGENTLOOP_WORKER_NAME``, ``AGENTLOOP_DISABLED_TOOLS`` (comma-separated),
+``AGENTLOOP_MAX_ATTEMPTS`` (worker deaths without progress before a run fails; ``app.attempts``).
 """
 
 from __future__ import annotations
