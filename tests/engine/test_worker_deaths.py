@@ -13,7 +13,9 @@ import pytest
 
 from app.attempts import judge
 from app.backends import Backend, RunRecord, make_backend
-from tests.engine.harness import events, new_record, wait_end
+from providers.fake import FakeProvider
+from tests.engine import scripted
+from tests.engine.harness import events, new_record, wait_end, wait_event, worker
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
 
 pytestmark = pytest.mark.timeout(240)
@@ -75,3 +77,19 @@ def test_the_verdict_counts_deaths_without_progress_only() -> None:
     assert judge(record(2, 5), 2, 0).error is None  # 0: no cap
     verdict = judge(record(4, 2), 2, 3)
     assert verdict.error is not None and "AGENTLOOP_MAX_ATTEMPTS is 3" in verdict.error
+
+
+async def test_hand_backs_are_not_deaths(backend: Backend) -> None:
+    """Workers stopping gracefully, again and again, with a cap of one death: the run goes on
+    (``progress_mark`` -1 on every hand-back) and completes."""
+    resolve = scripted.resolver(lambda: FakeProvider(script=[scripted.mark_nap_done(0.5)],
+                                                     repeat=True))
+    rec, _ = await backend.create_run(new_record())
+    for _ in range(3):
+        async with worker(backend, resolve, lease=30.0, max_attempts=1):
+            await wait_event(backend, rec.id, "tool_execution_start", timeout=60)
+        mid = await backend.get_run(rec.id)
+        assert mid is not None and mid.progress_mark == -1 and mid.lost_attempts == 0
+    async with worker(backend, resolve, lease=30.0, max_attempts=1):
+        end = await wait_end(backend, rec.id, timeout=60)
+    assert (end.status, end.result, end.lost_attempts) == ("completed", "done", 0)
