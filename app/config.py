@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     run_timeout: float = Field(default=3600.0, ge=0)
     """Seconds a run may take from its start (resumes included) before it is stopped with
     ``stop_reason`` ``error``; also the most a run's own ``timeout`` may ask. 0 = no deadline."""
+    max_attempts: int = Field(default=3, ge=0)
+    """Consecutive attempts whose worker died (``os._exit``, a crash, OOM) without the run
+    making progress before the run ends ``failed``; 0 = retry forever."""
     default_max_tokens: int = Field(default=8192, ge=0)
     """``max_tokens`` of every model call whose run sets none; 0 = send none (the provider's
     own default; Anthropic's adapter, which must send one, then sends 8192)."""

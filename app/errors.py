@@ -19,7 +19,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from app.backends.base import BackendError, IdempotencyConflict, QueueItemTaken, RunNotFound
+from app.backends.base import (
+    BackendError,
+    IdempotencyConflict,
+    QueueItemTaken,
+    RunEnded,
+    RunNotFound,
+)
 from app.methods import allowed_methods
 from app.schemas import ErrorBody
 
@@ -152,6 +158,8 @@ async def _backend_error(request: Request, exc: Exception) -> JSONResponse:
                               "a different request body", None)
     if isinstance(exc, QueueItemTaken):
         return error_response(409, "message_taken", "the loop already took this message")
+    if isinstance(exc, RunEnded):
+        return error_response(409, "run_ended", "the run has ended")
     log.warning("backend error on %s %s: %s", request.method, request.url.path, exc)
     return error_response(503, "backend_unavailable", "the run store is unavailable; retry",
                           headers={"Retry-After": "1"})

@@ -18,7 +18,10 @@ each); the first event after a quiet spell is written at once::
     write ┴(at once)   ≥interval ─┴ write (4 events) ───── write (at once: quiet before)
 
 A retried batch carries the same ``token``, so a write whose reply was lost is not applied
-twice. ``FencedOut`` ends the writer: the run belongs to another worker now.
+twice. ``FencedOut`` ends the writer: the run belongs to another worker now. The depth-0
+``agent_end`` waits for ``close`` and goes out in one batch with the run's final fields
+(status, result, usage; ``end_fields`` at least), so the status turns terminal atomically with
+it and the store takes no event after it (``RunEnded``).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from app import metrics
-from app.backends.base import Backend, BackendError, EventBatch, FencedOut
+from app.backends.base import Backend, BackendError, EventBatch, FencedOut, RunEnded
 from app.events import Event, encode_event_body, json_bytes
 from app.metrics import RunTimings
 from app.queues import QueuedMessage, QueueKind, QueueMode
@@ -60,6 +63,8 @@ class EventSink:
         self._batches = 0
         self.last_seq = 0
         self.written = 0
+        self.progressed = asyncio.Event()
+        """Set once a batch with checkpoint messages was written (``app.attempts``)."""
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
                                                             name=f"sink-{run_id}")
 
@@ -105,10 +110,16 @@ class EventSink:
             self._wake.clear()
             if self._fenced:
                 raise FencedOut(f"run {self.run_id}: attempt {self.attempt} is stale")
+            if self._ending() and not self._closing:
+                continue  # agent_end waits for close(): the run's final fields go with it
             if self._buf or self._acks or self._fields:
                 await self._write(self._take_batch())
             if self._closing and not (self._buf or self._acks or self._fields):
                 return
+
+    def _ending(self) -> bool:
+        last = self._buf[-1][0] if self._buf else None
+        return last is not None and last.type == "agent_end" and last.depth == 0
 
     def _take_batch(self) -> EventBatch:
         events, self._buf = self._buf, []
@@ -121,6 +132,8 @@ class EventSink:
                                                           ts=self._ts(t))))
             if event.type == "message_end" and event.depth == 0 and keep:
                 checkpoint.append(json_bytes(event.message))
+            elif event.type == "agent_end" and event.depth == 0:
+                fields = {**end_fields(event.stop_reason, event.error, t), **fields}
         self._batches += 1
         return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,
                           fields=fields or None, token=f"{self.attempt}:{self._batches}")
@@ -132,9 +145,11 @@ class EventSink:
                 self.last_seq = await self.backend.append_events(self.run_id, self.attempt,
                                                                  batch)
                 self.written += len(batch.events)
+                if batch.checkpoint:
+                    self.progressed.set()
                 metrics.EVENTS_WRITTEN.inc(len(batch.events))
                 return
-            except FencedOut:
+            except (FencedOut, RunEnded):
                 raise
             except BackendError as exc:
                 log.warning("run %s: event write failed (%s); retrying in %.2fs",
@@ -145,6 +160,18 @@ class EventSink:
     @staticmethod
     def _ts(t: float) -> str:
         return rfc3339_ms(t)
+
+
+STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",
+          "aborted": "cancelled"}
+"""A run's final status by the ``stop_reason`` of its ``agent_end``."""
+
+
+def end_fields(stop_reason: str, error: str | None, t: float) -> dict[str, Any]:
+    """The run-record fields written in the same batch as the run's ``agent_end``: the status
+    turns terminal atomically with it, so the store refuses any later event or message."""
+    return {"status": STATUS[stop_reason], "stop_reason": stop_reason, "error": error,
+            "ended_at": t}
 
 
 _SECOND: list[Any] = [-1, ""]
@@ -188,6 +215,21 @@ class BackendQueue:
         s = self.sink
         await retrying(lambda: s.backend.release(s.run_id, self.kind, taken))
         metrics.QUEUE_DEPTH.labels(kind=self.kind).inc(len(taken))
+
+
+class QueueCloser:
+    """The loop's ``close_queues`` over the backend (fenced by the run's attempt)."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+
+    async def __call__(self) -> bool:
+        s = self.sink
+        try:
+            return await retrying(lambda: s.backend.close_queues(s.run_id, s.attempt))
+        except FencedOut:
+            s.fenced_out()
+            return True
 
 
 async def retrying(call: Callable[[], Awaitable[T]], *, attempts: int = 40) -> T:

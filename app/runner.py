@@ -19,19 +19,29 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app import metrics
 from app.approvals import parking
-from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
+from app.attempts import Verdict, go_live, judge_claim, release_after_first_step
+from app.backends.base import (
+    TERMINAL,
+    Backend,
+    BackendError,
+    Claim,
+    FencedOut,
+    RunEnded,
+    RunRecord,
+    now,
+)
 from app.events import AgentEnd, RunResumed
 from app.logs import bind
 from app.loop import LoopConfig, LoopOutcome, Resume, run_loop
 from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.resume import LogState, ended_fields, read_log_state
-from app.run_sink import BackendQueue, EventSink, retrying
+from app.run_sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
@@ -41,8 +51,6 @@ log = logging.getLogger(__name__)
 
 ResolveProvider = Callable[[str], tuple[Provider, str]]
 """``"provider:model"`` → (the provider, the model id it is asked for)."""
-STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",
-          "aborted": "cancelled"}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -64,6 +72,11 @@ class RunnerDeps:
     """Seconds a run may take from its start (``AGENTLOOP_RUN_TIMEOUT``; 0: no deadline)."""
     default_max_tokens: int = 0
     """``max_tokens`` of model calls whose run sets none (0: send none)."""
+    max_attempts: int = 3
+    """Consecutive worker deaths without progress before a run ends ``failed``
+    (``AGENTLOOP_MAX_ATTEMPTS``; 0: no cap)."""
+    resume_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Resumed runs take their first step one at a time on a worker (``app.attempts``)."""
 
 
 async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
@@ -96,6 +109,8 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
     except FencedOut:
         log.info("run %s: attempt %d fenced out; another worker owns it", claim.run_id,
                  claim.attempt)
+    except RunEnded:
+        log.info("run %s: already ended; attempt %d stops", claim.run_id, claim.attempt)
     finally:
         metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
@@ -111,18 +126,26 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         return
     if woken is not None:
         parking.count_wait(record, woken, sink)
+    verdict = None
+    if claim.resumed:  # a woken parked run checkpointed its picks first: never blamed
+        verdict = await judge_claim(deps.backend, claim, record, deps.max_attempts)
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
+    if verdict is not None and verdict.error is not None:
+        log.warning("run %s: %s", claim.run_id, verdict.error)
+        await _end_at_start(deps, claim, sink, verdict.error)
+        return
     try:
         kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
     except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
-        sink.emit(AgentEnd(stop_reason="error", error=str(exc), usage=Usage(), messages=[]))
-        await sink.close(**_final("error", str(exc), None, Usage()))
-        await _finish(deps.backend, claim)
+        await _end_at_start(deps, claim, sink, str(exc))
         return
+    if verdict is not None:
+        await _go_live(deps, claim, sink, verdict)
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, abort)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
+    first = _first_step(deps, sink, loop_task) if verdict is not None else None
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
         outcome = await _until_loop_ends(loop_task, sink)
@@ -131,6 +154,8 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         raise
     finally:
         watch.cancel()
+        if first is not None:
+            first.cancel()
     if outcome.parked:
         await parking.park(deps.backend, claim, record, sink, outcome.parked)
         return
@@ -153,6 +178,32 @@ async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, 
     return state
 
 
+async def _end_at_start(deps: RunnerDeps, claim: Claim, sink: EventSink, error: str) -> None:
+    """The run fails before its loop starts: ``agent_end`` with ``error``."""
+    sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
+    await sink.close(**_final("error", error, None, Usage()))
+    await _finish(deps.backend, claim)
+
+
+async def _go_live(deps: RunnerDeps, claim: Claim, sink: EventSink, verdict: Verdict) -> None:
+    """A resumed run waits for its worker's resume lock (``app.attempts``); a shutdown while it
+    waits hands it back."""
+    try:
+        await go_live(deps.resume_lock, deps.backend, claim, verdict)
+    except asyncio.CancelledError:
+        await _hand_back(deps.backend, claim, None, sink)
+        raise
+
+
+def _first_step(deps: RunnerDeps, sink: EventSink,
+                loop_task: asyncio.Task[LoopOutcome]) -> asyncio.Task[None]:
+    """The task releasing the resume lock after the run's first step (even if cancelled
+    before it ever ran: a done callback releases it)."""
+    task = asyncio.create_task(release_after_first_step(sink, loop_task))
+    task.add_done_callback(lambda _: deps.resume_lock.release())
+    return task
+
+
 async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
                            sink: EventSink) -> LoopOutcome:
     """The loop's outcome; if the writer dies first (fenced out), stop the loop and re-raise."""
@@ -165,16 +216,17 @@ async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
     return loop_task.result()
 
 
-async def _hand_back(backend: Backend, claim: Claim, loop_task: asyncio.Task[LoopOutcome],
-                     sink: EventSink) -> None:
+async def _hand_back(backend: Backend, claim: Claim,
+                     loop_task: asyncio.Task[LoopOutcome] | None, sink: EventSink) -> None:
     """Graceful shutdown: the loop releases its taken messages, the checkpoint is flushed and
-    the run goes back to the queue for another worker."""
-    loop_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await loop_task
+    the run goes back to the queue for another worker (not a death: ``progress_mark`` -1)."""
+    if loop_task is not None:
+        loop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loop_task
     try:
         async with asyncio.timeout(5):
-            await sink.close()
+            await sink.close(progress_mark=-1)
         await backend.release_run(claim.run_id, claim.attempt)
     except (BackendError, TimeoutError) as exc:
         log.warning("run %s: hand back failed (%s); it resumes after the lease", claim.run_id,
@@ -230,7 +282,8 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config.workspace = thread_workspace(record.id)  # a thread's runs share one
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume": resume,
-            "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
+            "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up"),
+            "close_queues": QueueCloser(sink)}
 
 
 def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:

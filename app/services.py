@@ -161,7 +161,7 @@ def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
             "disabled_tools": cfg.disabled_tool_list(), "env": env,
             "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
             "flush_interval": cfg.event_flush_ms / 1000, "run_timeout": cfg.run_timeout,
-            "default_max_tokens": cfg.default_max_tokens}
+            "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts}
 
 
 async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None]:

@@ -17,7 +17,8 @@ The backend being unreachable never ends the worker: claims and heartbeats log a
 to give a subprocess worker a scripted provider. Other settings: ``AGENTLOOP_REDIS_URL``,
 ``AGENTLOOP_LEASE_SECONDS`` (5), ``AGENTLOOP_HEARTBEAT_SECONDS`` (1), ``AGENTLOOP_RUN_TTL`` (s),
 ``AGENTLOOP_WORKER_CONCURRENCY``, ``AGENTLOOP_WORKER_NAME``, ``AGENTLOOP_DISABLED_TOOLS``
-(comma-separated).
+(comma-separated), ``AGENTLOOP_MAX_ATTEMPTS`` (worker deaths without progress before a run
+fails; ``app.attempts``).
 """
 
 from __future__ import annotations
@@ -98,10 +99,16 @@ class Worker:
             for claim in claims:
                 if stop.is_set():  # claimed while stopping: hand it straight back
                     with contextlib.suppress(BackendError):
-                        await self.backend.release_run(claim.run_id, claim.attempt)
+                        await self._hand_back_unstarted(claim)
                 else:
                     self.free -= 1
                     self._spawn(claim)
+
+    async def _hand_back_unstarted(self, claim: Claim) -> None:
+        """Release a run this worker never started; ``progress_mark`` -1 says so, or the next
+        claimer would count this attempt as a death (``app.attempts``)."""
+        await self.backend.update_run(claim.run_id, claim.attempt, progress_mark=-1)
+        await self.backend.release_run(claim.run_id, claim.attempt)
 
     def _give_slots(self, count: int) -> None:
         if count:

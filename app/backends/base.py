@@ -12,7 +12,17 @@ Exceptions::
     ├── FencedOut             this worker's attempt is stale: stop driving the run
     ├── IdempotencyConflict   same Idempotency-Key, different body (HTTP: 409)
     ├── RunNotFound           no such run for this tenant (HTTP: 404)
-    └── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
+    ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
+    └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
+
+A run's end is atomic with its queues (issue 9)::
+
+    loop: queues empty ─ close_queues ✓ (refuses if a message is waiting) ─ agent_end + status
+    API:  enqueue + message_queued, one step, refused (RunEnded) once the queues are closed
+          or the status is terminal
+
+so every accepted message is taken by the loop (a close that finds one waiting fails and the
+loop takes it instead of ending), and the log takes no event after ``agent_end``.
 """
 
 from __future__ import annotations
@@ -25,7 +35,13 @@ from typing import Any, Literal, Protocol, TypeAlias
 import orjson
 
 from app.backends.parking_base import ParkingStore
-from app.events import ServiceEvent, encode_event_body, utc_now
+from app.events import (
+    MessageQueued,
+    MessageWithdrawn,
+    ServiceEvent,
+    encode_event_body,
+    utc_now,
+)
 from app.queues import QueuedMessage, QueueKind, QueueMode
 from providers.messages import UserMessage, message_adapter
 
@@ -54,6 +70,10 @@ class QueueItemTaken(BackendError):
     """The queued message was already taken by the loop."""
 
 
+class RunEnded(BackendError):
+    """The run has ended (terminal status) or its queues are closed because it is ending."""
+
+
 @dataclass(slots=True, kw_only=True)
 class RunRecord:
     """A run as stored. ``request`` is the validated create body (JSON-ready)."""
@@ -80,6 +100,12 @@ class RunRecord:
     """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
     parked_seconds: float = 0.0
     """Time spent waiting for people (``requires_action``): added to the run's deadline."""
+    progress_mark: int = 0
+    """Checkpointed messages when the live attempt started (-1: no attempt is live, the last
+    one handed the run back). A resume that finds it unchanged knows the worker died without
+    progress (``app.attempts``)."""
+    lost_attempts: int = 0
+    """Consecutive attempts whose worker died without progress (``AGENTLOOP_MAX_ATTEMPTS``)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -109,7 +135,9 @@ class EventBatch:
     ``{"seq":N,`` + body. ``checkpoint`` messages (JSON bytes) are appended to the run's
     checkpoint and ``acks`` drop injected queue messages from the in-flight lists in the same
     transaction, so after a crash the log, the checkpoint and the queues never disagree.
-    ``fields`` are set on the run record too (the final status beside ``agent_end``).
+    ``fields`` are set on the run record too (the final status beside ``agent_end``). A batch
+    with events for a run whose status is already terminal is refused (``RunEnded``): nothing
+    follows ``agent_end``.
     ``token`` makes a retried write idempotent: a batch whose token equals the last applied one
     is not applied twice (its reply was lost, e.g. Redis restarted).
     """
@@ -218,7 +246,13 @@ class Backend(ParkingStore, Protocol):
 
     # -- queues -----------------------------------------------------------------------
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """Queue a message; returns its 1-based position."""
+        """Queue a message and write its ``message_queued`` event, in one atomic step; returns
+        its 1-based position. ``RunEnded`` once the queues are closed or the run ended."""
+        ...
+
+    async def close_queues(self, run_id: str, attempt: int) -> bool:
+        """The loop is about to end: refuse every later ``enqueue``, atomically, unless a
+        message is waiting (False: the loop takes it and goes on). Fenced."""
         ...
 
     async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
@@ -226,8 +260,9 @@ class Backend(ParkingStore, Protocol):
         ...
 
     async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
-        """Remove a waiting message; ``QueueItemTaken`` if the loop took it, ``RunNotFound``
-        if there is no such message."""
+        """Remove a waiting message and write its ``message_withdrawn`` event, in one atomic
+        step; ``QueueItemTaken`` if the loop took it, ``RunNotFound`` if there is no such
+        message, ``RunEnded`` once the run has ended."""
         ...
 
     async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
@@ -299,6 +334,14 @@ class ServiceEvents:
         """See ``Backend.append_service_event``."""
         body = encode_event_body(event, run_id=run_id, ts=utc_now())
         return await self.append_events(run_id, None, EventBatch(events=[(event.type, body)]))
+
+
+def queue_event_body(run_id: str, type_: str, message_id: str, kind: QueueKind) -> bytes:
+    """The body (no seq) of a ``message_queued`` / ``message_withdrawn`` event."""
+    event: ServiceEvent = (MessageQueued(message_id=message_id, kind=kind)
+                           if type_ == "message_queued"
+                           else MessageWithdrawn(message_id=message_id, kind=kind))
+    return encode_event_body(event, run_id=run_id, ts=utc_now())
 
 
 def first_event_body(run_id: str, event: ServiceEvent) -> tuple[str, bytes]:

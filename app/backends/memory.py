@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from app.backends.base import (
     FencedOut,
     IdempotencyConflict,
     QueueItemTaken,
+    RunEnded,
     RunNotFound,
     RunPage,
     RunRecord,
@@ -31,6 +33,7 @@ from app.backends.base import (
     StoredEvent,
     first_event_body,
     now,
+    queue_event_body,
     with_seq,
 )
 from app.backends.memory_parking import MemoryParking
@@ -44,7 +47,8 @@ KINDS: tuple[QueueKind, QueueKind] = ("steer", "follow_up")
 class _RunState:
     """Everything stored for one run besides its record."""
 
-    __slots__ = ("ckpt", "events", "inflight", "last_token", "queues", "taken", "waiter")
+    __slots__ = ("ckpt", "closed", "events", "inflight", "last_token", "queues", "taken",
+                 "waiter")
 
     def __init__(self) -> None:
         self.events: list[StoredEvent] = []
@@ -53,6 +57,8 @@ class _RunState:
         self.inflight: dict[str, list[QueuedMessage]] = {k: [] for k in KINDS}
         self.taken: set[str] = set()
         self.last_token: str | None = None
+        self.closed = False
+        """The loop is ending: ``enqueue`` refuses (``close_queues``)."""
         self.waiter = asyncio.Event()
 
 
@@ -158,20 +164,27 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         state = self._state[run_id]
         if batch.token is not None and batch.token == state.last_token:
             return record.last_seq
-        for type_, body in batch.events:
-            record.last_seq += 1
-            state.events.append(StoredEvent(record.last_seq, type_, with_seq(record.last_seq,
-                                                                              body)))
+        if batch.events and record.status in TERMINAL:
+            raise RunEnded(f"run {run_id} has ended: no event after agent_end")
+        self._add_events(record, state, batch.events)
         state.ckpt.extend(batch.checkpoint)
         for kind, message_id in batch.acks:
             state.inflight[kind] = [q for q in state.inflight[kind] if q.id != message_id]
         for key, value in (batch.fields or {}).items():
             setattr(record, key, copy.deepcopy(value))
         state.last_token = batch.token
-        if batch.events:
+        return record.last_seq
+
+    @staticmethod
+    def _add_events(record: RunRecord, state: _RunState,
+                    events: Sequence[tuple[str, bytes]]) -> None:
+        for type_, body in events:
+            record.last_seq += 1
+            state.events.append(StoredEvent(record.last_seq, type_, with_seq(record.last_seq,
+                                                                              body)))
+        if events:
             state.waiter.set()
             state.waiter = asyncio.Event()
-        return record.last_seq
 
     async def get_run_and_events(self, run_id: str, after: int, limit: int
                                  ) -> tuple[RunRecord | None, list[StoredEvent]]:
@@ -200,11 +213,30 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
 
     # -- queues -----------------------------------------------------------------------
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """See ``Backend.enqueue``."""
-        self._must(run_id)
-        queue = self._state[run_id].queues[kind]
+        """See ``Backend.enqueue`` (no await inside: one step on the event loop)."""
+        record, state = self._open(run_id)
+        queue = state.queues[kind]
         queue.append(item)
+        body = queue_event_body(run_id, "message_queued", item.id, kind)
+        self._add_events(record, state, [("message_queued", body)])
         return len(queue)
+
+    async def close_queues(self, run_id: str, attempt: int) -> bool:
+        """See ``Backend.close_queues``."""
+        self._fenced(run_id, attempt)
+        state = self._state[run_id]
+        if any(state.queues[kind] for kind in KINDS):
+            return False
+        state.closed = True
+        return True
+
+    def _open(self, run_id: str) -> tuple[RunRecord, _RunState]:
+        """The run and its state if it still takes messages, else ``RunEnded``."""
+        record = self._must(run_id)
+        state = self._state[run_id]
+        if state.closed or record.status in TERMINAL:
+            raise RunEnded(f"run {run_id} has ended ({record.status})")
+        return record, state
 
     async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
         """See ``Backend.list_queue``."""
@@ -221,7 +253,10 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         for kind in KINDS:
             for item in state.queues[kind]:
                 if item.id == message_id:
+                    record, _ = self._open(run_id)  # a run that ended keeps its queue as is
                     state.queues[kind].remove(item)
+                    body = queue_event_body(run_id, "message_withdrawn", message_id, kind)
+                    self._add_events(record, state, [("message_withdrawn", body)])
                     return kind
         if message_id in state.taken:
             raise QueueItemTaken(message_id)

@@ -44,6 +44,7 @@ from app.backends.base import (
     FencedOut,
     IdempotencyConflict,
     QueueItemTaken,
+    RunEnded,
     RunNotFound,
     RunPage,
     RunRecord,
@@ -52,6 +53,7 @@ from app.backends.base import (
     first_event_body,
     parse_queue_entry,
     queue_entry,
+    queue_event_body,
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
@@ -85,6 +87,8 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
                 raise FencedOut(text) from None
             if "NOTFOUND" in text:
                 raise RunNotFound(text) from None
+            if "ENDED" in text:
+                raise RunEnded(text) from None
             raise BackendError(text) from exc
         except (RedisError, RedisClusterException, OSError) as exc:
             raise BackendError(f"redis: {exc}") from exc
@@ -129,7 +133,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             self._pipeline = ScriptPipeline(self.client)
             self.notifier = Notifier(self.client, self.cancel_requested)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
-            "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
+            "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
         self._group_ready = False
         self._next_scan = 0.0
@@ -353,9 +357,18 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     # -- queues -----------------------------------------------------------------------
     @_guard
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """See ``Backend.enqueue``."""
-        return int(await self._run("ENQUEUE", [keys.run_key(run_id), keys.queue_key(run_id, kind)],
-                                   ["", queue_entry(item)]))
+        """See ``Backend.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed)."""
+        body = queue_event_body(run_id, "message_queued", item.id, kind)
+        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id)]
+        return int(await self._run("ENQUEUE", run_keys, ["", queue_entry(item), body,
+                                                         keys.NOTIFY_CHANNEL, f"e:{run_id}"]))
+
+    @_guard
+    async def close_queues(self, run_id: str, attempt: int) -> bool:
+        """See ``Backend.close_queues``."""
+        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, "steer"),
+                    keys.queue_key(run_id, "follow_up")]
+        return bool(await self._run("CLOSE_QUEUES", run_keys, [attempt]))
 
     @_guard
     async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
@@ -370,8 +383,11 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     @_guard
     async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
         """See ``Backend.withdraw``."""
-        answer = await self._run("WITHDRAW", [keys.run_key(run_id), *keys.queue_keys(run_id)],
-                                 ["", message_id])
+        bodies = [queue_event_body(run_id, "message_withdrawn", message_id, kind)
+                  for kind in ("steer", "follow_up")]
+        answer = await self._run("WITHDRAW", [keys.run_key(run_id), *keys.queue_keys(run_id),
+                                              keys.events_key(run_id)],
+                                 ["", message_id, *bodies, keys.NOTIFY_CHANNEL, f"e:{run_id}"])
         answer = answer.decode()
         if answer == "taken":
             raise QueueItemTaken(message_id)

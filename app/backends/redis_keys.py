@@ -7,7 +7,7 @@ only that slot. Global names (the job stream, the notify channel, tenant indexes
 idempotency keys) are touched by separate commands, never inside a per-run script.
 
     al:{<run>}:run              hash    the RunRecord (values JSON) + attempt, last_seq, job,
-                                        cancel, token
+                                        cancel, token, closed (the loop is ending)
     al:{<run>}:events           stream  the event log; entry id ``<seq>-0``, fields t, d
     al:{<run>}:ckpt             list    checkpointed messages (JSON), appended at message_end
     al:{<run>}:q:<kind>         list    waiting steer / follow_up messages (``<id>\\t<json>``)

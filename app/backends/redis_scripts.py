@@ -20,6 +20,19 @@ local function remove_id(key, id)
   end
   return false
 end
+local function ended()
+  local status = redis.call('HGET', run, 'status')
+  return status == '"completed"' or status == '"failed"' or status == '"cancelled"'
+end
+local function closed() return ended() or redis.call('HEXISTS', run, 'closed') == 1 end
+-- one event (seq allocated here) written and announced like APPEND does
+local function add_event(stream, type_, body, channel, note)
+  local seq = redis.call('HINCRBY', run, 'last_seq', 1)
+  local data = '{"seq":' .. seq .. ',' .. string.sub(body, 2)
+  redis.call('XADD', stream, seq .. '-0', 't', type_, 'd', data)
+  redis.call('PUBLISH', channel, note .. ':' .. seq .. ':' .. seq .. '\\n' .. seq .. '\\t' ..
+             type_ .. '\\t' .. data)
+end
 """
 
 _PUBLISH = """
@@ -38,6 +51,7 @@ if token ~= '' and redis.call('HGET', run, 'token') == token then
   return tonumber(redis.call('HGET', run, 'last_seq'))
 end
 local ne, nc, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if ne > 0 and ended() then return redis.error_reply('ENDED') end
 local i = 9
 local seq = 0
 local lines, size = {}, 0
@@ -107,15 +121,36 @@ redis.call('HSET', run, 'worker', 'null')
 return redis.call('HGET', run, 'job') or ''
 """
 
-# KEYS run, queue; ARGV '', entry. Returns the position.
+# KEYS run, queue, events; ARGV '', entry, message_queued body, channel, note.
+# Returns the position; ENDED once the queues are closed or the run ended.
 ENQUEUE = _PRELUDE + """
-return redis.call('RPUSH', KEYS[2], ARGV[2])
+if closed() then return redis.error_reply('ENDED') end
+local position = redis.call('RPUSH', KEYS[2], ARGV[2])
+add_event(KEYS[3], 'message_queued', ARGV[3], ARGV[4], ARGV[5])
+return position
 """
 
-# KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken; ARGV '', id
+# KEYS run, q steer, q follow_up; ARGV attempt. 1: closed; 0: a message is waiting.
+CLOSE_QUEUES = _PRELUDE + """
+if redis.call('LLEN', KEYS[2]) > 0 or redis.call('LLEN', KEYS[3]) > 0 then return 0 end
+redis.call('HSET', run, 'closed', '1')
+return 1
+"""
+
+# KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken, events;
+# ARGV '', id, message_withdrawn body (steer), (follow_up), channel, note
 WITHDRAW = _PRELUDE + """
-if remove_id(KEYS[2], ARGV[2]) then return 'steer' end
-if remove_id(KEYS[3], ARGV[2]) then return 'follow_up' end
+for k = 0, 1 do
+  for _, v in ipairs(redis.call('LRANGE', KEYS[2 + k], 0, -1)) do
+    if id_of(v) == ARGV[2] then
+      if closed() then return redis.error_reply('ENDED') end  -- an ended run's queue stays
+      redis.call('LREM', KEYS[2 + k], 1, v)
+      add_event(KEYS[7], 'message_withdrawn', ARGV[3 + k], ARGV[5], ARGV[6])
+      if k == 0 then return 'steer' end
+      return 'follow_up'
+    end
+  end
+end
 if redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 1 then return 'taken' end
 return 'none'
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,8 @@ from tool_registry import Menu, ToolContext, ToolResult
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Event], None]
+CloseQueues = Callable[[], Awaitable[bool]]
+"""Refuse new queued messages from now on, unless one is waiting (then False)."""
 ABORTED_TOOL = "Tool execution aborted: the run was cancelled."
 
 
@@ -158,7 +160,8 @@ class AgentLoop:
 
     def __init__(self, *, provider: Provider, menu: Menu, config: LoopConfig,
                  context: list[Message], emit: Emit, steering: MessageSource | None,
-                 follow_up: MessageSource | None, abort: asyncio.Event) -> None:
+                 follow_up: MessageSource | None, abort: asyncio.Event,
+                 close_queues: CloseQueues | None = None) -> None:
         self.provider = provider
         self.menu = menu
         self.cfg = config
@@ -166,6 +169,7 @@ class AgentLoop:
         self._emit_raw = emit
         self.steering = steering
         self.follow_up = follow_up
+        self.close_queues = close_queues
         self.abortable = Abortable(abort, config.deadline)
         self.abort = self.abortable.signal
         """Set on cancel or once the deadline passes: what tools and nested loops watch."""
@@ -250,8 +254,7 @@ class AgentLoop:
                 self.emit(TurnEnd(message=message, tool_results=results))
                 self._check_abort()
                 await self._poll(self.steering, self.cfg.steering_mode)
-            await self._poll(self.follow_up, self.cfg.follow_up_mode)
-            if not self.pending_msgs:
+            if not await self._late_messages():
                 return self._outcome("stop", None)
 
     async def _resume(self, resume: Resume) -> tuple[bool, LoopOutcome | None]:
@@ -268,6 +271,17 @@ class AgentLoop:
             return False, self._outcome(reply.stop_reason, reply.error_message)
         self._check_abort()
         return bool(reply.tool_calls()), None
+
+    async def _late_messages(self) -> bool:
+        """Whether a queued message keeps the run going; False once the queues are closed
+        (atomically, only while both are empty), so no message accepted later is lost."""
+        while True:
+            await self._poll(self.follow_up, self.cfg.follow_up_mode)
+            await self._poll(self.steering, self.cfg.steering_mode)  # one sent after its poll
+            if self.pending_msgs:
+                return True
+            if self.close_queues is None or await self.close_queues():
+                return False
 
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations
@@ -482,13 +496,17 @@ async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,
                    context: list[Message], emit: Emit, prompts: list[Message] | None = None,
                    steering: MessageSource | None = None, follow_up: MessageSource | None = None,
                    abort: asyncio.Event | None = None,
-                   resume: Resume | None = None) -> LoopOutcome:
+                   resume: Resume | None = None,
+                   close_queues: CloseQueues | None = None) -> LoopOutcome:
     """Run the loop over ``context`` (extended in place) after injecting ``prompts``.
 
     ``resume`` continues a run another worker lost: no ``agent_start`` is sent, the open turn
     is finished first (unanswered tool calls run, or the interrupted model call is made again)
     and a run whose last reply was its final answer ends without calling the model again.
+    ``close_queues``: called when the loop would stop for want of messages; a message that
+    arrived meanwhile makes it fail, and the loop takes that message instead of ending.
     """
     loop = AgentLoop(provider=provider, menu=menu, config=config, context=context, emit=emit,
-                     steering=steering, follow_up=follow_up, abort=abort or asyncio.Event())
+                     steering=steering, follow_up=follow_up, abort=abort or asyncio.Event(),
+                     close_queues=close_queues)
     return await loop.run(list(prompts or []), resume)

@@ -1,7 +1,10 @@
 """Steering and follow-up queues of a run: add, list, withdraw.
 
 Each change is also written to the run's event log (``message_queued`` / ``message_withdrawn``)
-so every subscriber sees it in order with the loop's own events.
+so every subscriber sees it in order with the loop's own events, in the same atomic store step
+as the change itself. Once the run is ending (its loop closed the queues, finding them empty)
+or has ended, a new message is refused with 409 ``run_ended``: a 202 means the loop will take
+the message (unless the run is cancelled or fails first).
 """
 
 from __future__ import annotations
@@ -11,9 +14,8 @@ import uuid
 from fastapi import APIRouter, Response
 
 from app import metrics
-from app.backends.base import TERMINAL, RunNotFound
+from app.backends.base import TERMINAL, RunEnded, RunNotFound
 from app.errors import ApiError, documented
-from app.events import MessageQueued, MessageWithdrawn
 from app.logs import bind
 from app.queues import QueuedMessage, QueueKind
 from app.routes.deps import PrincipalDep, ServicesDep
@@ -32,16 +34,22 @@ async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
                    body: QueueMessageIn) -> Queued:
     record = await load_run(svc.backend, run_id, tenant)
     if record.status in TERMINAL:
-        raise ApiError(409, "run_ended", f"run {run_id} has ended ({record.status})")
+        raise _ended(run_id)
     item = QueuedMessage(id=f"msg_{uuid.uuid4().hex}", message=user_message(body.content))
     with bind(run_id=run_id, tenant=tenant):
-        position = await svc.backend.enqueue(run_id, kind, item)
-        await svc.backend.append_service_event(run_id, MessageQueued(message_id=item.id,
-                                                                     kind=kind))
+        try:  # the store checks again, atomically with the push and its event
+            position = await svc.backend.enqueue(run_id, kind, item)
+        except RunEnded as exc:
+            raise _ended(run_id) from exc
         if kind == "steer":  # a parked run goes on with the steer (its picks skipped)
             await svc.backend.wake(run_id)
     metrics.QUEUE_DEPTH.labels(kind=kind).inc()
     return Queued(message_id=item.id, kind=kind, position=position)
+
+
+def _ended(run_id: str) -> ApiError:
+    return ApiError(409, "run_ended", f"run {run_id} has ended (or is ending): the message was "
+                    "not queued")
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued,
@@ -88,7 +96,8 @@ async def withdraw(run_id: str, message_id: str, svc: ServicesDep,
         kind = await svc.backend.withdraw(run_id, message_id)
     except RunNotFound as exc:
         raise ApiError(404, "message_not_found", f"no queued message {message_id}") from exc
-    await svc.backend.append_service_event(run_id, MessageWithdrawn(message_id=message_id,
-                                                                    kind=kind))
+    except RunEnded as exc:
+        raise ApiError(409, "run_ended", f"run {run_id} has ended: its queue stays as it "
+                       "was") from exc
     metrics.QUEUE_DEPTH.labels(kind=kind).dec()
     return Response(status_code=204)

@@ -39,16 +39,26 @@ async def worker(backend: Backend, resolve: Callable[[str], tuple[Provider, str]
         yield w
     finally:
         stop.set()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 60)  # hand-backs under load take a while
 
 
 async def wait_end(backend: Backend, run_id: str, timeout: float = 10) -> RunRecord:  # noqa: ASYNC109
+    """Until the run ends. Cancel-safe: a cancel (the test's teardown) ends it at once."""
     async with asyncio.timeout(timeout):
         while True:
             rec = await backend.get_run(run_id)
             if rec is not None and rec.status in TERMINAL:
                 return rec
             await asyncio.sleep(0.02)
+
+
+async def wait_ends(backend: Backend, run_ids: list[str], timeout: float) -> list[RunRecord]:  # noqa: ASYNC109
+    """``wait_end`` for many runs in one task group: when one fails, the others are cancelled
+    and awaited before the error propagates (``gather`` left them polling a closed backend
+    through the event loop's teardown, where pytest-timeout could not stop them)."""
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(wait_end(backend, i, timeout)) for i in run_ids]
+    return [t.result() for t in tasks]
 
 
 async def wait_event(backend: Backend, run_id: str, type_: str, timeout: float = 10  # noqa: ASYNC109

@@ -85,3 +85,29 @@ def crash_factory() -> Callable[[str], tuple[Provider, str]]:
     default_registry.register(nap)
     seconds = float(os.environ.get("AGENTLOOP_TEST_NAP", "2"))
     return resolver(lambda: FakeProvider(script=[mark_nap_done(seconds)], repeat=True))
+
+
+@function(register=False)
+def die() -> str:
+    """Kills the worker process at once, as a segfault or the OOM killer would."""
+    os._exit(17)
+
+
+def deadly_factory() -> Callable[[str], tuple[Provider, str]]:
+    """For subprocess workers: a run whose prompt says "die" calls ``die`` (every attempt,
+    until it has a result); any other run is mark, nap(AGENTLOOP_TEST_NAP s), done."""
+    from tool_registry import default_registry
+
+    for tool in (mark, nap, die):
+        default_registry.register(tool)
+    seconds = float(os.environ.get("AGENTLOOP_TEST_NAP", "2"))
+    innocent = mark_nap_done(seconds)
+
+    def step(request: ModelRequest) -> Step:
+        first = request.messages[0]
+        if first.role == "user" and "die" in str(first.content):
+            return (fake.tool_calls(("die", {}, "call_die")) if tool_results(request) == 0
+                    else fake.text("survived"))
+        return innocent(request)
+
+    return resolver(lambda: FakeProvider(script=[step], repeat=True))
