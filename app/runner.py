@@ -3,9 +3,9 @@ written through the backend (``run_sink``), cancel and takeover handled.
 
 Timeline of one run::
 
-    claim ─ get_run ─ [ends of what a lost attempt left open, run_resumed] ─ loop ──emit──▶ sink
-                                                                     sink ─ batches ─▶ backend
-                                        ▲  abort ◀── wait_cancel (pub/sub note, < 100 ms)
+    claim ─ get_run ─ [lost attempt's open starts ended, run_resumed] ─ loop ──emit──▶ sink
+                                        abort ◀── wait_cancel (pub/sub note, < 100 ms) ─┘  │
+                                                                 backend ◀── batches ──────┘
                        agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
 
 ``status``: queued → running → completed (stop, max_iterations) | failed (error) |
