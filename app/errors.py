@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from app.backends.base import BackendError, IdempotencyConflict, QueueItemTaken, RunNotFound
+from app.methods import allowed_methods
 from app.schemas import ErrorBody
 
 log = logging.getLogger(__name__)
@@ -133,9 +134,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "error")
     message = exc.detail if isinstance(exc.detail, str) else code
+    headers = dict(exc.headers or {})
     if exc.status_code == 404 and message == "Not Found":
         message = f"no route {request.method} {request.url.path}"
-    return error_response(exc.status_code, code, message, None, dict(exc.headers or {}))
+    if exc.status_code == 405:
+        allowed = allowed_methods(request.app.routes, request.scope)
+        headers["Allow"] = ", ".join(allowed)
+        message = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
+    return error_response(exc.status_code, code, message, None, headers)
 
 
 async def _backend_error(request: Request, exc: Exception) -> JSONResponse:

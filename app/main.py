@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
 from starlette.types import Scope
 
 from app.backends.base import Backend
@@ -21,7 +22,20 @@ from app.config import Settings, load_settings
 from app.errors import install_error_handlers
 from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
-from app.routes import events, health, queue, runs, tools
+from app.methods import HeadAsGet
+from app.openapi import install_contract
+from app.routes import (
+    ag_ui,
+    ai_sdk,
+    approvals,
+    events,
+    health,
+    playground,
+    queue,
+    runs,
+    threads,
+    tools,
+)
 from app.run_requests import ResolveProvider
 from app.services import check_tool_modules, open_services
 
@@ -44,11 +58,17 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
             app.state.services = services
             yield
 
-    app = FastAPI(title="agentloop", version="1", description=API_DESCRIPTION,
-                  lifespan=lifespan)
+    # /docs (Swagger UI) and /redoc from assets shipped in the package, never from a CDN
+    app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
+                         lifespan=lifespan)
     install_error_handlers(app)
-    for module in (runs, events, queue, tools, health):
+    install_contract(app)
+    for module in (runs, events, queue, approvals, threads, tools, health, ai_sdk,
+                   ag_ui):
         app.include_router(module.router)
+    if cfg.playground:
+        app.include_router(playground.router)
+    app.add_middleware(HeadAsGet, routes=app.routes)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
     _add_cors(app, cfg.cors_origin_list())

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app import metrics
+from app.approvals import parking
 from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
 from app.events import AgentEnd, RunResumed
 from app.logs import bind
@@ -35,6 +36,7 @@ from app.loop.streaming import Deadline
 from app.metrics import RunTimings
 from app.resume import LogState, ended_fields, read_log_state
 from app.run_sink import BackendQueue, EventSink, retrying
+from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -105,11 +107,14 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
 
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
-    earlier = await _earlier_attempts(deps, claim, sink)
+    woken = await parking.woken(deps.backend, record, claim)
+    earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
     if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
         await sink.close(**_final(*ended_fields(earlier.ended)))
         await _finish(deps.backend, claim)
         return
+    if woken is not None:
+        parking.count_wait(record, woken, sink)
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
     try:
         kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
@@ -120,6 +125,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await _finish(deps.backend, claim)
         return
     abort = asyncio.Event()
+    await parking.preset_cancel(deps.backend, claim, abort)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
@@ -129,18 +135,22 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         raise
     finally:
         watch.cancel()
+    if outcome.parked:
+        await parking.park(deps.backend, claim, record, sink, outcome.parked)
+        return
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
     await _finish(deps.backend, claim)
 
 
-async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink
+async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, lost: bool
                             ) -> LogState | None:
-    """On resume: what the log holds; the starts the lost attempt left open get their ends
-    (``app.resume``), then ``run_resumed``. None for a first attempt."""
+    """On resume: what the log holds; when a worker was ``lost`` (not a parked run woken by
+    an answer), the starts it left open get their ends (``app.resume``), then
+    ``run_resumed``. None for a first attempt."""
     if not claim.resumed:
         return None
     state = await retrying(lambda: read_log_state(deps.backend, claim.run_id))
-    if state.ended is None:
+    if state.ended is None and lost:
         for event in state.closers():
             sink.emit(event, checkpoint=False)
         sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
@@ -186,6 +196,7 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
 
 
 async def _finish(backend: Backend, claim: Claim) -> None:
+    await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
@@ -206,6 +217,8 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     menu.load(record.loaded_tools)  # a resumed run's menu is the one it had
     menu.on_load = lambda names: sink.set_fields(loaded_tools=names)
     context, prompts = split_input(req.get("input"))
+    if is_thread_run(record.id):  # the thread's history, then this run's input as prompts
+        context, prompts = await thread_inputs(deps.backend, record.id)
     resume: Resume | None = None
     if earlier is not None and earlier.started:
         done = load_messages(await retrying(lambda: deps.backend.load_checkpoint(claim.run_id)))
@@ -217,6 +230,7 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config.max_tokens = config.max_tokens or deps.default_max_tokens or None
     config.deadline = run_deadline(record, deps.run_timeout)
     config.resolve = deps.resolve_provider
+    config.gate = await parking.run_gate(deps.backend, record, deps.registry, menu, claim)
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume": resume,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
@@ -229,7 +243,8 @@ def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:
     if not limits:
         return None
     seconds = float(min(limits))
-    return Deadline(at=(record.started_at or now()) + seconds, seconds=seconds)
+    start = (record.started_at or now()) + record.parked_seconds  # waiting for people: free
+    return Deadline(at=start + seconds, seconds=seconds)
 
 
 def split_input(value: object) -> tuple[list[Message], list[Message]]:

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from app.approvals.expiry import wake_expired
 from app.backends import Backend
 from app.backends.base import BackendError, Claim
 from app.runner import ResolveProvider, RunnerDeps, run_claim
@@ -72,11 +73,13 @@ class Worker:
         """Claim and drive runs until ``stop`` is set, then shut down gracefully."""
         beat = asyncio.create_task(self._heartbeats(stop))
         shutdown = asyncio.create_task(self._shutdown_on(stop))
+        expiry = asyncio.create_task(wake_expired(self.backend, stop))
         try:
             await self._claim_loop(stop)
         finally:
             stop.set()
             await shutdown
+            await expiry
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat

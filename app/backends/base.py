@@ -24,11 +24,13 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 import orjson
 
+from app.backends.parking_base import ParkingStore
 from app.events import ServiceEvent, encode_event_body, utc_now
 from app.queues import QueuedMessage, QueueKind, QueueMode
 from providers.messages import UserMessage, message_adapter
 
-RunStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatus: TypeAlias = Literal["queued", "running", "requires_action", "completed", "failed",
+                              "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -76,6 +78,8 @@ class RunRecord:
     """The seq of the last event written (the next event gets ``last_seq + 1``)."""
     loaded_tools: list[str] = field(default_factory=list)
     """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
+    parked_seconds: float = 0.0
+    """Time spent waiting for people (``requires_action``): added to the run's deadline."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -143,8 +147,9 @@ class RunPage:
     next_cursor: str | None
 
 
-class Backend(Protocol):
-    """Storage and coordination for runs. All methods may raise ``BackendError``."""
+class Backend(ParkingStore, Protocol):
+    """Storage and coordination for runs. All methods may raise ``BackendError``. Parked runs
+    (``requires_action``): ``parking_base.ParkingStore``."""
 
     name: str
 

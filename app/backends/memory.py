@@ -33,6 +33,8 @@ from app.backends.base import (
     now,
     with_seq,
 )
+from app.backends.memory_parking import MemoryParking
+from app.backends.memory_threads import MemoryThreads
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
@@ -54,7 +56,7 @@ class _RunState:
         self.waiter = asyncio.Event()
 
 
-class MemoryBackend(ServiceEvents):
+class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
     """Runs, logs, queues and dispatch in dicts. ``lease``: seconds a claim lasts without a
     heartbeat; ``run_ttl``: seconds a finished run is kept."""
 

@@ -10,6 +10,10 @@ holds; claiming workers look for holders whose key has lapsed and take their job
       lapsed holder ─ XPENDING its jobs ─ XCLAIM (min idle lease/2: of two workers racing for
       a job only the first gets it) ─ CLAIM script (attempt + 1 fences the lost worker out)
 
+On Redis Cluster (``cluster=True``) the same keys and scripts run through the cluster
+client; ``redis_cluster`` adds the per-master script pipelines with ``WAIT`` and the notes
+travel on per-run shard channels (``redis_notify_sharded``).
+
 Fail fast: connecting times out after ``connect_timeout`` (0.5 s) with one retry, so the API
 answers 503 within about a second; every Redis failure surfaces as ``BackendError``. Blocking
 reads block at most 1 s, well under the 5 s socket timeout.
@@ -24,10 +28,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends import redis_keys as keys
@@ -49,9 +54,13 @@ from app.backends.base import (
     queue_entry,
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
+from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
 from app.backends.redis_notify import Notifier
+from app.backends.redis_notify_sharded import ShardedNotifier
+from app.backends.redis_parking import RedisParking
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import decode_record, encode_fields, encode_record
+from app.backends.redis_threads import RedisThreads
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
@@ -77,35 +86,51 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
             if "NOTFOUND" in text:
                 raise RunNotFound(text) from None
             raise BackendError(text) from exc
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise BackendError(f"redis: {exc}") from exc
 
     return wrapper
 
 
-class RedisBackend(ServiceEvents):
+class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
-    ``client_name`` shows in CLIENT LIST (workers use their name)."""
+    ``client_name`` shows in CLIENT LIST (workers use their name); ``cluster``: ``url`` names
+    seed nodes of a Redis Cluster (comma-separated)."""
 
     name = "redis"
 
     def __init__(self, url: str, *, lease: float = 5.0, run_ttl: float = 7 * 86400.0,
                  connect_timeout: float = 0.5, socket_timeout: float = 5.0,
-                 max_connections: int = 256, client_name: str | None = None) -> None:
+                 max_connections: int = 256, client_name: str | None = None,
+                 cluster: bool = False) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
-        pool = BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=socket_timeout,
-            socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name)
-        self.client: Redis = Redis(connection_pool=pool)
+        self.client: Redis | RedisCluster
+        self._nodes: NodeClients | None = None
+        self._pipeline: ScriptPipeline | ClusterScripts
+        self.notifier: Notifier
+        if cluster:
+            self.client = cluster_client(url, connect_timeout=connect_timeout,
+                                         socket_timeout=socket_timeout,
+                                         max_connections=max_connections,
+                                         client_name=client_name)
+            self._nodes = NodeClients(self.client)
+            self._pipeline = ClusterScripts(self._nodes)
+            self.notifier = ShardedNotifier(self._nodes, self.cancel_requested)
+        else:
+            pool = BlockingConnectionPool.from_url(
+                url, max_connections=max_connections, timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
+                retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+                retry_on_error=[RedisConnectionError, RedisTimeoutError],
+                client_name=client_name)
+            self.client = Redis(connection_pool=pool)
+            self._pipeline = ScriptPipeline(self.client)
+            self.notifier = Notifier(self.client, self.cancel_requested)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
-        self._pipeline = ScriptPipeline(self.client)
-        self.notifier = Notifier(self.client, self.cancel_requested)
         self._group_ready = False
         self._next_scan = 0.0
 
@@ -133,13 +158,25 @@ class RedisBackend(ServiceEvents):
         """Stop the listener and close the pool."""
         await self.notifier.close()
         await self._pipeline.close()
-        await self.client.aclose(close_connection_pool=True)
+        if self._nodes is not None:
+            await self._nodes.close()
+        if isinstance(self.client, RedisCluster):
+            await self.client.aclose()
+        else:
+            await self.client.aclose(close_connection_pool=True)
+
+    def _channel(self, run_id: str) -> str:
+        """Where the run's notes go: its shard channel on a cluster, else the global one."""
+        return keys.NOTIFY_CHANNEL if self._nodes is None else keys.notes_channel(run_id)
 
     async def ping(self) -> bool:
-        """Whether Redis answers now."""
+        """Whether Redis answers now (a cluster: whether any master does; one failing over
+        makes only its slots unavailable, not the service)."""
         try:
+            if self._nodes is not None:
+                return await self._nodes.any_master_answers()
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except (RedisError, RedisClusterException, OSError):
             return False
 
     # -- runs --------------------------------------------------------------------------
@@ -153,17 +190,35 @@ class RedisBackend(ServiceEvents):
             if first is not None:
                 return first, False
         await self._ensure_group()
-        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
+
+        def write_run(pipe: Any) -> None:
             if first_event is not None:
                 record.last_seq = 1
                 type_, data = first_event_body(record.id, first_event)
                 pipe.xadd(keys.events_key(record.id), {"t": type_, "d": data}, id="1-0")
             mapping: Any = encode_record(record)
             pipe.hset(keys.run_key(record.id), mapping=mapping)
+
+        if self._nodes is not None:  # the run's slot, confirmed, strictly before its job
+            await self._nodes.durable(keys.run_key(record.id), write_run)
+            await self.client.zadd(keys.tenant_runs_key(record.tenant),
+                                   {record.id: record.created_at})
+            await self._add_job(record.id)
+            return record, True
+        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
+            write_run(pipe)
             pipe.zadd(keys.tenant_runs_key(record.tenant), {record.id: record.created_at})
             pipe.xadd(keys.JOBS_STREAM, {"run": record.id})
             await pipe.execute()
         return record, True
+
+    async def _add_job(self, run_id: str) -> None:
+        """A dispatch entry for the run (on a cluster: confirmed by a replica)."""
+        if self._nodes is None:
+            await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
+        else:
+            await self._nodes.durable(keys.JOBS_STREAM,
+                                      lambda pipe: pipe.xadd(keys.JOBS_STREAM, {"run": run_id}))
 
     async def _idempotent(self, record: RunRecord, key: str, body_hash: str) -> RunRecord | None:
         name = keys.idempotency_key(record.tenant, key)
@@ -248,7 +303,7 @@ class RedisBackend(ServiceEvents):
         args: list[Any] = [
             "" if attempt is None else attempt, batch.token or "", len(batch.events),
             len(batch.checkpoint), len(batch.acks), len(batch.fields or {}),
-            keys.NOTIFY_CHANNEL, f"e:{run_id}"]
+            self._channel(run_id), f"e:{run_id}"]
         for type_, body in batch.events:
             args += (type_, body)
         args += batch.checkpoint
@@ -282,7 +337,7 @@ class RedisBackend(ServiceEvents):
         hands over the batch it announced): the waiter is registered before anything is
         checked, so a batch landing in between still wakes it."""
         notes = self.notifier
-        await notes.ensure_started()
+        await notes.follow(run_id)
         waiter = notes.events_waiter(run_id)
         if notes.watch(run_id) != after:  # not known to be caught up: look in the log
             events = notes.events_after(run_id, after) or await self.read_events(run_id, after)
@@ -359,7 +414,7 @@ class RedisBackend(ServiceEvents):
     async def request_cancel(self, run_id: str) -> None:
         """See ``Backend.request_cancel``: a flag on the run plus a ``c:<run>`` note."""
         await self._run("CANCEL", [keys.run_key(run_id)],
-                        ["", keys.NOTIFY_CHANNEL, f"c:{run_id}"])
+                        ["", self._channel(run_id), f"c:{run_id}"])
 
     @_guard
     async def cancel_requested(self, run_id: str) -> bool:
@@ -368,9 +423,9 @@ class RedisBackend(ServiceEvents):
 
     async def wait_cancel(self, run_id: str) -> None:
         """See ``Backend.wait_cancel``."""
-        await self.notifier.ensure_started()
         waiter = self.notifier.cancel_waiter(run_id)
         try:
+            await self.notifier.follow(run_id)
             if not await _quietly(self.cancel_requested(run_id)):
                 await waiter.wait()
         finally:
@@ -492,7 +547,7 @@ class RedisBackend(ServiceEvents):
     async def release_run(self, run_id: str, attempt: int) -> None:
         """See ``Backend.release_run``: a fresh job entry, so a waiting worker takes it now."""
         job = await self._run("RELEASE_RUN", [keys.run_key(run_id)], [attempt])
-        await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
+        await self._add_job(run_id)
         await self._drop_job(job)
 
 

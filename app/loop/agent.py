@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.approvals.gate import UNANSWERED, ApprovalGate, Decision, WaitingCall
 from app.events import (
     AgentEnd,
     AgentStart,
+    ApprovalRequested,
+    ClientToolRequested,
     Event,
     MessageEnd,
     MessageStart,
@@ -92,6 +95,8 @@ class LoopConfig:
     """How a nested ``runtime.exec(model=...)`` in a tool body resolves its model."""
     call_ids: set[str] | None = None
     """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""
+    gate: ApprovalGate | None = None
+    """Which picks wait for a person, and the answers so far (None: none ever waits)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,6 +108,9 @@ class LoopOutcome:
     result: str | None
     messages: list[Message]
     usage: Usage
+    parked: list[WaitingCall] = field(default_factory=list)
+    """Non-empty: the loop stopped to wait for these answers (no ``agent_end`` was sent); the
+    runner parks the run and continues it from the checkpoint once they arrive."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -135,6 +143,14 @@ def _results_after(context: list[Message], reply: AssistantMessage) -> list[Tool
 
 class _Aborted(Exception):
     """Internal: the abort signal was seen between steps."""
+
+
+class _Parked(Exception):
+    """Internal: a turn's picks wait for a person and nobody can answer in-process."""
+
+    def __init__(self, calls: list[WaitingCall]) -> None:
+        super().__init__(f"{len(calls)} picks wait")
+        self.calls = calls
 
 
 class AgentLoop:
@@ -192,6 +208,9 @@ class AgentLoop:
                     if isinstance(reply, AssistantMessage):
                         self._maybe_reset_choice(reply)
             outcome = await self._run(prompts, resume)
+        except _Parked as parked:
+            outcome = self._outcome("stop", None)
+            outcome.parked = parked.calls
         except _Aborted:
             outcome = self._outcome(*self.abortable.stop_reason())
         except asyncio.CancelledError:
@@ -203,6 +222,8 @@ class AgentLoop:
         finally:
             self.abortable.close()
         await self._release_pending()  # taken but never injected: back to the queue
+        if outcome.parked:
+            return outcome
         self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
                            usage=outcome.usage, messages=list(outcome.messages)))
         return outcome
@@ -213,7 +234,7 @@ class AgentLoop:
             more_tools, ended = await self._resume(resume)
             if ended is not None:
                 return ended
-        self.pending_msgs = list(prompts)
+        self.pending_msgs = [*prompts, *self.pending_msgs]  # a steer taken while resuming
         await self._poll(self.steering, self.cfg.steering_mode)
         while True:
             while more_tools or self.pending_msgs:
@@ -291,6 +312,8 @@ class AgentLoop:
         """Run picks in order; after each, poll steering and skip the rest if any is queued."""
         results: list[ToolResultMessage] = []
         cut_off = message is not None and message.stop_reason == "length"
+        if self.cfg.gate is not None and not cut_off:
+            await self._wait_for_people(self.cfg.gate, calls)
         for call in calls:
             if self.abort.is_set():
                 results.append(self._skip(call, self._stopped_tool()))
@@ -299,11 +322,50 @@ class AgentLoop:
             elif cut_off:
                 results.append(self._skip(call, CUT_OFF_BY_LENGTH))
             else:
-                result = await self._run_one(call, self.invalid_args.get(call.id))
+                result = await self._run_decided(call)
                 results.append(self._finish_call(call, result))
                 if not self.abort.is_set():
                     await self._poll(self.steering, self.cfg.steering_mode)
         return results
+
+    async def _wait_for_people(self, gate: ApprovalGate, calls: list[ToolCall]) -> None:
+        """Ask for every waiting pick of the turn; park unless ``gate.ask`` answers here. A
+        steer already queued (or a cancel) skips the picks instead of waiting."""
+        waiting = gate.waiting(calls, self.menu)
+        if not waiting or self.abort.is_set():
+            return
+        await self._poll(self.steering, self.cfg.steering_mode)
+        if self.pending_msgs:
+            return
+        for call in waiting:
+            event = ApprovalRequested if call.kind == "approval" else ClientToolRequested
+            self.emit(event(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                            args=call.args))
+        if gate.ask is None:
+            raise _Parked(waiting)
+        for call in waiting:
+            gate.decisions[call.tool_call_id] = await gate.answer(call)
+
+    async def _run_decided(self, call: ToolCall) -> ToolResult:
+        """Run a pick as its answer says (approved picks with the edited arguments)."""
+        gate = self.cfg.gate
+        decision = gate.decision(call) if gate is not None else None
+        if decision is None and gate is not None and gate.kind_of(call, self.menu):
+            decision = Decision(kind="deny", note=UNANSWERED)  # never run unapproved
+        if decision is None:
+            return await self._run_one(call, self.invalid_args.get(call.id))
+        if decision.kind == "deny":
+            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                         args=call.arguments))
+            return decision.denial()
+        if decision.kind == "result":
+            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                         args=call.arguments))
+            return decision.result()
+        if decision.arguments is None:
+            return await self._run_one(call, self.invalid_args.get(call.id))
+        edited = ToolCall(id=call.id, name=call.name, arguments=decision.arguments)
+        return await self._run_one(edited, None)
 
     def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
         self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,

@@ -37,9 +37,16 @@ def _seq(value: str | None, field: str) -> int:
     return int(value)
 
 
+_STREAM = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}}
+"""Each frame's ``data:`` is one ``Event`` (``id:`` its seq, ``event:`` its type)."""
+
+
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse,
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "id: seq, event: type, data: the event's JSON"},
+            operation_id="streamRunEvents",
+            responses={200: {"content": _STREAM, "description":
+                             "server-sent events: id: seq, event: type, data: the Event's JSON"},
+                       204: {"description": "the run has ended and nothing is left after the "
+                                            "given position: stop reconnecting"},
                        **documented(401, 404, 422, 503)})
 async def run_events(run_id: str, request: Request, svc: ServicesDep,
                      after: Annotated[str | None, Query(description="resume after seq")] = None,

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT = 2.0
 
 
-@router.get("/healthz", response_model=Health, response_model_exclude_none=True)
+@router.get("/healthz", response_model=Health, operation_id="getHealth",
+            response_model_exclude_none=True)
 async def healthz() -> Health:
     """The process is up (no dependency is checked)."""
     return Health(status="ok")
@@ -34,7 +35,8 @@ async def _backend_ok(svc: ServicesDep) -> bool:
         return False
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+@router.get("/readyz", response_model=Health, operation_id="getReadiness",
+            responses={503: {"model": Health}})
 async def readyz(svc: ServicesDep) -> JSONResponse:
     """Ready when the backend answers; also reports how code tools are sandboxed and what the
     start-up probe (one real sandboxed program) saw."""
@@ -48,7 +50,7 @@ async def readyz(svc: ServicesDep) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
 
-@router.get("/metrics", response_class=Response,
+@router.get("/metrics", response_class=Response, operation_id="getMetrics",
             responses={200: {"content": {"text/plain": {}}}})
 async def metrics() -> Response:
     """Prometheus text exposition."""

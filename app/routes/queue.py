@@ -38,11 +38,14 @@ async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
         position = await svc.backend.enqueue(run_id, kind, item)
         await svc.backend.append_service_event(run_id, MessageQueued(message_id=item.id,
                                                                      kind=kind))
+        if kind == "steer":  # a parked run goes on with the steer (its picks skipped)
+            await svc.backend.wake(run_id)
     metrics.QUEUE_DEPTH.labels(kind=kind).inc()
     return Queued(message_id=item.id, kind=kind, position=position)
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued,
+             operation_id="steerRun",
              responses=_ENQUEUE_ERRORS)
 async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                 who: PrincipalDep) -> Queued:
@@ -51,6 +54,7 @@ async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
 
 
 @router.post("/runs/{run_id}/follow_up", status_code=202, response_model=Queued,
+             operation_id="followUpRun",
              responses=_ENQUEUE_ERRORS)
 async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                     who: PrincipalDep) -> Queued:
@@ -58,7 +62,7 @@ async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
     return await _enqueue(svc, who.tenant, run_id, "follow_up", body)
 
 
-@router.get("/runs/{run_id}/queue", response_model=QueueList,
+@router.get("/runs/{run_id}/queue", response_model=QueueList, operation_id="getRunQueue",
             responses=documented(401, 404, 503))
 async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueList:
     """Messages still waiting, steering first, oldest first."""
@@ -74,6 +78,7 @@ async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueL
 
 
 @router.delete("/runs/{run_id}/queue/{message_id}", status_code=204,
+               operation_id="withdrawQueuedMessage",
                responses=documented(401, 404, 409, 503))
 async def withdraw(run_id: str, message_id: str, svc: ServicesDep,
                    who: PrincipalDep) -> Response:

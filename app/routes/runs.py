@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from app import metrics
+from app.approvals.requests import check_hitl
 from app.backends.base import TERMINAL, RunRecord
 from app.errors import ApiError, documented
 from app.events import RunCreated
@@ -35,7 +36,7 @@ from app.schemas import CreateRun, Run, RunList
 from app.services import Services
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
 IDEMPOTENCY_KEY_MAX = 255
 """Longest ``Idempotency-Key`` accepted (it becomes part of a store key)."""
 
@@ -45,26 +46,37 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
-def _check_idempotency_key(key: str | None) -> None:
+def check_idempotency_key(key: str | None) -> None:
+    """422 for an ``Idempotency-Key`` longer than ``IDEMPOTENCY_KEY_MAX``."""
     if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
         raise ApiError(422, "validation_error", f"Idempotency-Key: at most "
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
 
 
-@router.post("/runs", status_code=201, response_model=Run,
+@router.post("/runs", status_code=201, operation_id="createRun", response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
                         **documented(400, 401, 409, 413, 415, 422, 503)})
 async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
                      idempotency_key: Annotated[str | None, Header(
                          json_schema_extra={"maxLength": IDEMPOTENCY_KEY_MAX})] = None) -> Run:
-    """Start a run; it proceeds on a worker while this returns."""
-    _check_idempotency_key(idempotency_key)
+    """Start a run; it proceeds on a worker while this returns. With ``thread_id``: the same
+    as ``POST /threads/{thread_id}/runs``."""
+    if body.thread_id is not None:
+        from app.routes.threads import answer_post
+
+        return await answer_post(svc, who.tenant, body.thread_id, body, response,
+                                 idempotency_key)
+    if body.multitask is not None:
+        raise ApiError(422, "validation_error", "multitask: only with thread_id", "multitask")
+    check_idempotency_key(idempotency_key)
     model = body.model or svc.default_model
     check_model(model, svc.resolve_provider)
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
                 env=svc.env)
     check_timeout(body, svc.settings.run_timeout)
+    check_hitl(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
+               env=svc.env)
     record = RunRecord(id=new_run_id(), tenant=who.tenant, model=model,
                        created_at=time.time(), metadata=dict(body.metadata),
                        request=stored_request(body, model))
@@ -88,7 +100,8 @@ def _with_token(run: Run, svc: Services, tenant: str) -> Run:
     return run
 
 
-@router.get("/runs/{run_id}", response_model=Run, responses=documented(401, 404, 503))
+@router.get("/runs/{run_id}", response_model=Run, operation_id="getRun",
+            responses=documented(401, 404, 503))
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """One of the caller's runs, with a fresh ``stream_token`` for its events."""
     record = await load_run(svc.backend, run_id, who.tenant)
@@ -115,7 +128,8 @@ def _check_cursor(cursor: str | None) -> None:
                        "cursor")
 
 
-@router.get("/runs", response_model=RunList, responses=documented(401, 422, 503))
+@router.get("/runs", response_model=RunList, operation_id="listRuns",
+            responses=documented(401, 422, 503))
 async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                     status: str | None = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -137,10 +151,11 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
-             responses=documented(401, 404, 503))
+             operation_id="cancelRun", responses=documented(401, 404, 413, 415, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
-    """Abort the run (idempotent; a no-op once it has ended)."""
+    """Abort the run (idempotent; a no-op once it has ended). A parked run is woken to end."""
     record = await load_run(svc.backend, run_id, who.tenant)
     if record.status not in TERMINAL:
         await svc.backend.request_cancel(run_id)
+        await svc.backend.wake(run_id)
     return _with_token(await run_object(svc.backend, record), svc, who.tenant)

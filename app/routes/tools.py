@@ -12,7 +12,8 @@ from tool_registry import build_menu
 router = APIRouter(tags=["tools"])
 
 
-@router.get("/tools", response_model=list[ToolInfo], responses=documented(401))
+@router.get("/tools", response_model=list[ToolInfo], operation_id="listTools",
+            responses=documented(401))
 async def list_tools(svc: ServicesDep, who: PrincipalDep) -> list[ToolInfo]:
     """Every tool the full menu offers (deferred ones included), with its toolsets."""
     menu = build_menu(toolset="full", disabled=svc.settings.disabled_tool_list(),

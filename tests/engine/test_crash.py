@@ -1,7 +1,8 @@
-"""Crash recovery with real worker processes on Redis: SIGKILL mid-run (another worker resumes
-from the checkpoint, within about 5 s on the default settings), SIGSTOP past the lease (the
-stale worker is fenced out). Every step waits on an event (a log entry, a liveness key, a log
-line, a gate file the test opens), never on a guessed duration: these hold on a loaded machine."""
+"""Crash recovery with real worker processes on Redis and on a Redis Cluster: SIGKILL mid-run
+(another worker resumes from the checkpoint, within about 5 s on the default settings), SIGSTOP
+past the lease (the stale worker is fenced out). Every step waits on an event (a log entry, a
+liveness key, a log line, a gate file the test opens), never on a guessed duration: these hold
+on a loaded machine."""
 
 from __future__ import annotations
 
@@ -17,15 +18,22 @@ from app.backends import Backend, make_backend
 from tests.engine.harness import events, new_record, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_alive, wait_line
 from tests.engine.resumable import assert_clean_log
+from tests.support.redis_cluster import is_cluster
 
 pytestmark = pytest.mark.timeout(240)
 LEASE = 3.0
 """Short enough for a quick test, long enough that a loaded machine never loses a live worker."""
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """One Redis, or the test cluster's seed list."""
+    return str(request.getfixturevalue("redis_url" if request.param == "redis" else "cluster_url"))
+
+
 @pytest.fixture
-async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=LEASE)
+async def rbackend(store_url: str) -> AsyncIterator[Backend]:
+    b = make_backend(store_url, lease=LEASE, cluster=is_cluster(store_url))
     await b.start()
     yield b
     await b.close()
@@ -68,9 +76,9 @@ async def kill_during_nap(rbackend: Backend, redis_url: str, tmp_path: Path,
     return rec.id, took
 
 
-async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, redis_url: str,
+async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, store_url: str,
                                                          tmp_path: Path) -> None:
-    run_id, took = await kill_during_nap(rbackend, redis_url, tmp_path, LEASE)
+    run_id, took = await kill_during_nap(rbackend, store_url, tmp_path, LEASE)
     print(f"claim after kill: {took:.2f}s (lease {LEASE}s)")
     assert took < LEASE + 10  # the lease, a scan, a claim: generous for a loaded machine
     end = await rbackend.get_run(run_id)
@@ -85,29 +93,29 @@ async def test_sigkill_mid_run_resumes_on_another_worker(rbackend: Backend, redi
 
 
 async def test_a_killed_workers_run_continues_within_about_5_s_on_the_defaults(
-        rbackend: Backend, redis_url: str, tmp_path: Path) -> None:
+        rbackend: Backend, store_url: str, tmp_path: Path) -> None:
     """Default lease (5 s) and heartbeat (1 s): main took 26.8 s with its 30 s lease."""
-    run_id, took = await kill_during_nap(rbackend, redis_url, tmp_path, None)
+    run_id, took = await kill_during_nap(rbackend, store_url, tmp_path, None)
     print(f"takeover on the defaults: {took:.2f}s")
     assert 3.5 < took < 8.0  # lease 5 s minus at most one heartbeat, plus one 0.5 s scan
     end = await rbackend.get_run(run_id)
     assert end is not None and (end.status, end.result) == ("completed", "done")
 
 
-async def test_sigstop_past_the_lease_is_fenced_out(rbackend: Backend, redis_url: str,
+async def test_sigstop_past_the_lease_is_fenced_out(rbackend: Backend, store_url: str,
                                                      tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     gate_a, gate_b, log_a = tmp_path / "gate_a", tmp_path / "gate_b", tmp_path / "a.log"
-    a = spawn_worker(redis_url, "A", marks, lease=LEASE, log=log_a,
+    a = spawn_worker(store_url, "A", marks, lease=LEASE, log=log_a,
                      extra_env={"AGENTLOOP_TEST_GATE": str(gate_a)})
     b = None
     try:
-        await wait_alive(redis_url, "A")
+        await wait_alive(store_url, "A")
         rec, _ = await rbackend.create_run(new_record())
         await wait_tool_start(rbackend, rec.id, "nap")
-        b = spawn_worker(redis_url, "B", marks, lease=LEASE,
+        b = spawn_worker(store_url, "B", marks, lease=LEASE,
                          extra_env={"AGENTLOOP_TEST_GATE": str(gate_b)})
-        await wait_alive(redis_url, "B")
+        await wait_alive(store_url, "B")
         a.send_signal(signal.SIGSTOP)
         await wait_event(rbackend, rec.id, "run_resumed", timeout=60)
         a.send_signal(signal.SIGCONT)  # A wakes inside B's run: its writes must be refused
