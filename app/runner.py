@@ -3,14 +3,18 @@ written through the backend (``run_sink``), cancel and takeover handled.
 
 Timeline of one run::
 
-    claim ─ get_run ─ [run_resumed] ─ loop ──emit──▶ sink ─ batches ─▶ backend
-                                        ▲  abort ◀── wait_cancel (pub/sub note, < 100 ms)
+    claim ─ get_run ─ [lost attempt's open starts ended, run_resumed] ─ loop ──emit──▶ sink
+                                        abort ◀── wait_cancel (pub/sub note, < 100 ms) ─┘  │
+                                                                 backend ◀── batches ──────┘
                        agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
 
 ``status``: queued → running → completed (stop, max_iterations) | failed (error) |
 cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another worker owns the run.
 A runner cancelled from outside (graceful shutdown) lets the loop release taken queue messages,
-flushes the last checkpoint and hands the run back (``release_run``), then re-raises.
+flushes the last checkpoint and hands the run back (``release_run``), then re-raises. A resumed
+run reads its whole log first (``app.resume``): what was left open gets its end, the loop goes
+on from the open turn with the rounds already made, and a run whose ``agent_end`` was written
+is only closed.
 """
 
 from __future__ import annotations

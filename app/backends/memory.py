@@ -360,8 +360,8 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
     def _claim_now(self, worker: str) -> Claim | None:
         t = now()
         if t >= self._next_lease_scan:  # an O(runs) scan: not on every claim
-            lapsed = next((r for r, w in self._leases.items() if self._alive.get(w, 0) < t),
-                          None)
+            lapsed = next((r for r, w in self._leases.items()  # never its own: it is alive
+                           if w != worker and self._alive.get(w, 0) < t), None)
             if lapsed is not None:
                 return self._assign(lapsed, worker)
             self._next_lease_scan = t + min(0.25, self.lease / 4)
