@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     sse_retry_seconds: float = Field(default=1.0, ge=0, le=3600)
     """Sent as the ``retry:`` field opening every event stream: how long a client waits
     before it reconnects after a dropped connection."""
+    playground: bool = True
+    """Serve the playground page at ``GET /`` (and its files under ``/static/``)."""
     tool_modules: str = ""
     """Comma-separated modules imported at start-up (found on ``sys.path`` or in the working
     directory) so their ``@function`` tools register; one that cannot be imported stops the

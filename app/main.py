@@ -24,7 +24,7 @@ from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
 from app.methods import HeadAsGet
 from app.openapi import install_contract
-from app.routes import events, health, queue, runs, tools
+from app.routes import events, health, playground, queue, runs, tools
 from app.run_requests import ResolveProvider
 from app.services import check_tool_modules, open_services
 
@@ -54,6 +54,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     install_contract(app)
     for module in (runs, events, queue, tools, health):
         app.include_router(module.router)
+    if cfg.playground:
+        app.include_router(playground.router)
     app.add_middleware(HeadAsGet, routes=app.routes)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)

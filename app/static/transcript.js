@@ -1,0 +1,161 @@
+// transcript.js: renders a run's events into the DOM as they arrive (text as it streams, tool
+// calls with their arguments as they stream, results, errors, nested runs under their call).
+
+import {el} from './dom.js';
+
+/** One run's transcript in `root`; feed it every event in order with `apply(event)`. */
+export class Transcript {
+  constructor(root) {
+    this.root = root;
+    this.loops = new Map([['', root]]);  // parent tool call id ('' at depth 0) -> container
+    this.replies = new Map();            // container -> the assistant reply streaming into it
+    this.calls = new Map();              // tool call id -> its card
+    this.pending = [];                   // kinds of queued messages, oldest first
+  }
+
+  apply(event) {
+    const handler = this[`on_${event.type}`];  // types it does not know are ignored
+    if (handler) handler.call(this, event, this.container(event));
+  }
+
+  /** Where events of this loop go: the run itself, or the tool call that runs the loop. */
+  container(event) {
+    const parent = event.parent_tool_call_id ?? '';
+    if (!this.loops.has(parent)) {
+      const card = this.calls.get(parent) ?? this.toolCard(this.root, parent, '?');
+      this.loops.set(parent, card.querySelector('.nested'));
+    }
+    return this.loops.get(parent);
+  }
+
+  note(container, text, kind = 'note') {
+    container.append(el('div', {class: kind}, text));
+  }
+
+  on_run_created(e, box) { this.note(box, `run ${e.run_id} queued · ${e.model}`); }
+  on_run_resumed(e, box) { this.note(box, `resumed by ${e.worker} (attempt ${e.attempt})`); }
+  on_turn_start(e, box) { if (e.turn > 1) this.note(box, `turn ${e.turn}`, 'turn'); }
+
+  on_agent_start(e, box) {
+    const tools = e.tools.length ? e.tools.join(', ') : 'no tools';
+    this.note(box, `${e.depth ? 'nested loop' : 'loop'} started · ${e.model} · ${tools}`);
+  }
+
+  on_message_start(e, box) {
+    const message = e.message;
+    if (message.role === 'user') this.userMessage(box, message, e.depth);
+    if (message.role === 'assistant') {
+      const reply = el('div', {class: 'assistant'});
+      box.append(reply);
+      this.replies.set(box, {node: reply, blocks: []});
+    }
+  }
+
+  userMessage(box, message, depth) {
+    const kind = depth > 0 ? 'task' : this.seenPrompt ? this.taken() : 'prompt';
+    if (depth === 0) this.seenPrompt = true;
+    const label = {prompt: 'you', steer: 'you · steer', follow_up: 'you · follow-up',
+      task: 'task from the tool'}[kind] ?? 'you';
+    box.append(el('div', {class: `user ${kind}`}, el('span', {class: 'who'}, label),
+      el('div', {class: 'text'}, textOf(message.content))));
+  }
+
+  /** Which queue a user message entering the run came from: steering is taken first. */
+  taken() {
+    const i = this.pending.includes('steer') ? this.pending.indexOf('steer') : 0;
+    return this.pending.splice(i, 1)[0] ?? 'user';
+  }
+
+  on_message_update(e, box) {
+    const reply = this.replies.get(box);
+    const d = e.delta;
+    if (!reply) return;
+    if (d.kind === 'text_delta' || d.kind === 'thinking_delta') {
+      this.block(reply, d.content_index, d.kind).append(d.text);
+    } else if (d.kind === 'toolcall_start') {
+      reply.blocks[d.content_index] = this.toolCard(reply.node, d.tool_call_id, d.tool_name);
+    } else if (d.kind === 'toolcall_delta') {
+      this.calls.get(d.tool_call_id)?.querySelector('.args').append(d.text);
+    } else if (d.kind === 'toolcall_end') {
+      this.showArgs(d.tool_call_id, d.arguments);
+      const state = this.calls.get(d.tool_call_id)?.querySelector('.tool-state');
+      if (state) state.textContent = 'waiting';
+    }
+  }
+
+  block(reply, index, kind) {
+    if (!reply.blocks[index]) {
+      const thinking = kind === 'thinking_delta';
+      const body = el(thinking ? 'pre' : 'div', {class: thinking ? 'thinking' : 'text'});
+      reply.node.append(thinking ? el('details', {}, el('summary', {}, 'thinking'), body) : body);
+      reply.blocks[index] = body;
+    }
+    return reply.blocks[index];
+  }
+
+  toolCard(parent, id, name) {
+    const card = el('div', {class: 'tool running', 'data-call': id},
+      el('div', {class: 'tool-head'}, el('span', {class: 'tool-name'}, name),
+        el('span', {class: 'tool-state'}, 'streaming…')),
+      el('pre', {class: 'args'}), el('div', {class: 'progress'}),
+      el('div', {class: 'nested'}), el('pre', {class: 'result'}));
+    parent.append(card);
+    this.calls.set(id, card);
+    return card;
+  }
+
+  showArgs(id, args) {
+    const node = this.calls.get(id)?.querySelector('.args');
+    if (node && args !== undefined) node.textContent = JSON.stringify(args, null, 2);
+  }
+
+  on_message_end(e, box) {
+    const m = e.message;
+    if (m.role !== 'assistant') return;
+    if (m.error_message) this.note(box, m.error_message, 'error');
+    this.replies.delete(box);
+  }
+
+  on_tool_execution_start(e, box) {
+    const card = this.calls.get(e.tool_call_id) ?? this.toolCard(box, e.tool_call_id, e.tool_name);
+    this.showArgs(e.tool_call_id, e.args);
+    card.querySelector('.tool-state').textContent = 'running…';
+  }
+
+  on_tool_execution_update(e) {
+    const node = this.calls.get(e.tool_call_id)?.querySelector('.progress');
+    if (node) node.textContent = JSON.stringify(e.partial_result);
+  }
+
+  on_tool_execution_end(e) {
+    const card = this.calls.get(e.tool_call_id);
+    if (!card) return;
+    const text = textOf(e.result.content);
+    // a pick the loop did not run (a steering message came first) is not a failure to alarm
+    const state = !e.is_error ? 'done' : text.startsWith('Skipped') ? 'skipped' : 'failed';
+    card.classList.remove('running');
+    card.classList.add(state);
+    card.querySelector('.tool-state').textContent = state === 'failed' ? 'error' : state;
+    card.querySelector('.result').textContent = text;
+  }
+
+  on_agent_end(e, box) {
+    const text = `${e.depth ? 'nested loop' : 'run'} ended: ${e.stop_reason}`;
+    const usage = e.usage ? ` · ${e.usage.total_tokens} tokens` : '';
+    this.note(box, text + usage + (e.error ? ` · ${e.error}` : ''),
+      e.stop_reason === 'stop' ? 'end' : 'end error');
+  }
+
+  on_message_queued(e) { this.pending.push(e.kind); }
+
+  on_message_withdrawn(e) {
+    const i = this.pending.indexOf(e.kind);
+    if (i >= 0) this.pending.splice(i, 1);
+  }
+}
+
+/** The text of message content: a string, or blocks (images shown as a marker). */
+export function textOf(content) {
+  if (typeof content === 'string') return content;
+  return content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join('\n');
+}

@@ -1,0 +1,80 @@
+"""The playground page under test: a gate tool the test opens, and a page that records every
+console error and CSP violation (a page that works only because an error went unnoticed is not
+working).
+
+``pg_slow`` waits on ``GATE`` (polled, so a cancel stops it at once); ``pg_delegate`` runs a
+nested loop. Both live in the ``playground_testing`` toolset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from playwright.async_api import Browser, BrowserContext, Page
+
+from app import runtime
+from tool_registry import function
+
+GATE = threading.Event()
+WAIT = 20_000
+"""Milliseconds a page condition may take (generous: the machine is shared and loaded)."""
+
+
+@function(toolsets=["playground_testing"])
+async def pg_slow(label: str) -> str:
+    """Works until the test opens the gate (test tool).
+
+    Args:
+        label: which call this is
+    """
+    deadline = time.monotonic() + 30
+    while not GATE.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return f"slow work {label} finished"
+
+
+@function(toolsets=["playground_testing"])
+async def pg_delegate(task: str) -> str:
+    """Hands the task to a nested loop (test tool).
+
+    Args:
+        task: what the nested loop is asked
+    """
+    out = await runtime.exec(task)
+    return f"inner said: {out.text}"
+
+
+async def open_page(browser: Browser, url: str, **context: Any) -> tuple[BrowserContext, Page]:
+    """A fresh context (its own sessionStorage) on the playground at ``url``."""
+    ctx = await browser.new_context(**context)
+    page = await ctx.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.problems = problems  # type: ignore[attr-defined]
+    await page.goto(url + "/")
+    return ctx, page
+
+
+async def tools_loaded(page: Page) -> None:
+    await page.wait_for_selector("#tools input[value=pg_slow]", state="attached", timeout=WAIT)
+
+
+async def start_run(page: Page, text: str) -> None:
+    await page.fill("#message", text)
+    await page.click("#send")
+    # the run is shown (a quick one may already have ended: its cancel button gone again)
+    # (a page condition polled as a string would be an eval, which the page's CSP refuses)
+    await page.wait_for_url(lambda url: "#run=run_" in url, timeout=WAIT)
+
+
+async def event_seqs(page: Page) -> list[int]:
+    return [int(s) for s in await page.eval_on_selector_all(
+        "#event-log li", "items => items.map(i => i.dataset.seq)")]
+
+
+async def ended(page: Page, reason: str = "stop") -> None:
+    await page.wait_for_selector(f".end:text('run ended: {reason}')", timeout=WAIT)
