@@ -88,3 +88,30 @@ async def test_the_dialects_authenticate_and_keep_tenants_apart() -> None:
             assert (await api.client.get(url, headers=beta)).status_code == 204
         GATE.set()
         assert (await asyncio.wait_for(started, 30))[-1]["type"] == "finish"
+
+
+@function(toolsets=["api_testing"], approval=True)
+def dialect_guarded(note: str) -> str:
+    """Needs a person's approval (test tool)."""
+    return f"approved: {note}"
+
+
+async def test_a_parked_run_keeps_its_dialect_stream_open_until_answered(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("dialect_guarded", {"note": "x"})), fake.text("ok")]
+    stream = asyncio.create_task(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
+        "parked-chat", "go", tools=["dialect_guarded"])))
+    runs: list[Any] = []
+    while not runs:
+        await asyncio.sleep(0.02)
+        runs = (await api.client.get("/runs", params={"metadata.chat_id": "parked-chat"})
+                ).json()["runs"]
+    run = await api.wait_status(runs[0]["id"], "requires_action", within=20)
+    assert not stream.done()
+    call_id = run["pending"][0]["tool_call_id"]
+    answer = await api.client.post(f"/runs/{run['id']}/approvals",
+                                   json={"tool_call_id": call_id, "decision": "approve"})
+    assert answer.status_code < 300, answer.text
+    chunks = await asyncio.wait_for(stream, 30)
+    outputs = [c for c in chunks if c["type"] == "tool-output-available"]
+    assert outputs[0]["output"]["content"][0]["text"] == "approved: x"
+    assert chunks[-1]["type"] == "finish"
