@@ -6,15 +6,20 @@ say so; the next worker to claim the run judges the attempt before it from two f
 run record: ``progress_mark`` (checkpointed messages when that attempt went live; -1 when it
 never did, or handed the run back) and ``lost_attempts``. Progress is the checkpoint growing.
 
-A resumed run takes its first step alone on its worker (one worker-wide lock, held until its
-checkpoint grows, its loop ends or ``ALONE_FOR`` passes) and only then goes live, so when a
-run's tool kills the process again, the other resumed runs waiting for the lock are not
-blamed: they were not live. Timeline (Y kills every worker, X is innocent)::
+A suspect (a resumed run with a death without progress on record) takes its first step alone
+on its worker (one worker-wide lock, held until its checkpoint grows, its loop ends or
+``ALONE_FOR`` passes) and only then goes live, so when a suspect's tool kills the process
+again, the other suspects waiting for the lock are not blamed: they were not live. Other
+resumed runs go live at once (a lease lapsed under load must not queue them). Timeline
+(Y kills every worker, X is innocent)::
 
-    worker A ─ X, Y run ─ Y's tool: os._exit ───────────────────────── (both made progress)
-    worker B ─ claim X, Y ─ Y takes the lock, live (mark=2) ─ os._exit   X waited: not blamed
-    worker C ─ X takes the lock ─ live ─ checkpoint grows ─ unlock ─ Y live ─ os._exit …
+    worker A ─ X, Y run ─ Y's tool: os._exit ──────────── (both made progress: lost 0)
+    worker B ─ X, Y live at once ─ os._exit                (neither progressed: lost 1)
+    worker C ─ Y takes the lock, live ─ os._exit           X waited: not blamed (Y: lost 2)
+    worker D ─ X takes the lock ─ live ─ progress ─ unlock ─ Y live ─ os._exit (Y: lost 3)
     worker E ─ claim Y: lost_attempts = 3 ≥ max_attempts ─ agent_end (error) ─ failed
+
+so an innocent neighbour is blamed at most once (``max_attempts`` of 2 or more spares it).
 """
 
 from __future__ import annotations
@@ -66,16 +71,19 @@ async def judge_claim(backend: Backend, claim: Claim, record: RunRecord,
     return verdict
 
 
-async def go_live(lock: asyncio.Lock, backend: Backend, claim: Claim,
+async def go_live(lock: asyncio.Lock | None, backend: Backend, claim: Claim,
                   verdict: Verdict) -> None:
-    """Wait for the worker's lock, then mark the attempt live (``progress_mark``); the caller
-    releases the lock once ``release_after_first_step`` is done."""
-    await lock.acquire()
+    """Wait for the worker's lock (None: no wait), then mark the attempt live
+    (``progress_mark``); the caller releases the lock once ``release_after_first_step`` is
+    done."""
+    if lock is not None:
+        await lock.acquire()
     try:
         await retrying(lambda: backend.update_run(claim.run_id, claim.attempt,
                                                   progress_mark=verdict.checkpointed))
     except BaseException:
-        lock.release()
+        if lock is not None:
+            lock.release()
         raise
 
 

@@ -149,7 +149,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, abort)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
-    first = _first_step(deps, sink, loop_task) if verdict is not None else None
+    first = _first_step(deps, sink, loop_task) if _suspect(verdict) else None
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
         outcome = await _until_loop_ends(loop_task, sink)
@@ -189,11 +189,17 @@ async def _end_at_start(deps: RunnerDeps, claim: Claim, sink: EventSink, error: 
     await _finish(deps.backend, claim)
 
 
+def _suspect(verdict: Verdict | None) -> bool:
+    """A resumed run with a death without progress on record goes alone (``app.attempts``)."""
+    return verdict is not None and verdict.lost > 0
+
+
 async def _go_live(deps: RunnerDeps, claim: Claim, sink: EventSink, verdict: Verdict) -> None:
-    """A resumed run waits for its worker's resume lock (``app.attempts``); a shutdown while it
-    waits hands it back."""
+    """A suspect run waits for its worker's resume lock (``app.attempts``), any other resumed
+    run goes live at once; a shutdown while it waits hands it back."""
     try:
-        await go_live(deps.resume_lock, deps.backend, claim, verdict)
+        await go_live(deps.resume_lock if _suspect(verdict) else None, deps.backend, claim,
+                      verdict)
     except asyncio.CancelledError:
         await _hand_back(deps.backend, claim, None, sink)
         raise

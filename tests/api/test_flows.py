@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 from providers import fake
@@ -16,6 +18,16 @@ async def api_slow(seconds: float) -> str:
     """Sleeps (test tool)."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
+
+
+@function(toolsets=["api_testing"])
+async def api_gate(path: str) -> str:
+    """Runs until the file ``path`` exists (test tool: the test decides when it ends, so no
+    sleep has to outlast the test's own requests on a loaded machine)."""
+    async with asyncio.timeout(60):
+        while not os.path.exists(path):  # noqa: ASYNC240 (a stat on tmp)
+            await asyncio.sleep(0.01)
+    return "opened"
 
 
 @function(toolsets=["api_testing"])
@@ -36,7 +48,7 @@ class Watch:
             async for frame in stream:
                 self.frames.append(frame)
 
-    async def until(self, type_: str, within: float = 10.0) -> Frame:
+    async def until(self, type_: str, within: float = 30.0) -> Frame:
         async with asyncio.timeout(within):
             while True:
                 for frame in self.frames:
@@ -76,14 +88,17 @@ async def test_a_text_run_completes(api: Api) -> None:
     assert [r["id"] for r in listed] == [run["id"]]
 
 
-async def test_steer_during_a_tool_skips_the_rest_and_injects_the_message(api: Api) -> None:
-    api.fake.script = [fake.tool_calls(("api_slow", {"seconds": 0.5}),
+async def test_steer_during_a_tool_skips_the_rest_and_injects_the_message(
+        api: Api, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    api.fake.script = [fake.tool_calls(("api_gate", {"path": str(gate)}),
                                        ("api_echo", {"text": "never"})),
                        fake.text("steered")]
     run = await api.create(input="go", toolset="api_testing")
     watch = Watch(api, run["id"])
     await watch.until("tool_execution_start")
     resp = await api.client.post(f"/runs/{run['id']}/steer", json={"content": "stop that"})
+    gate.touch()
     assert resp.status_code == 202
     body = resp.json()
     assert body["kind"] == "steer" and body["position"] == 1
@@ -91,7 +106,7 @@ async def test_steer_during_a_tool_skips_the_rest_and_injects_the_message(api: A
     queued = next(f for f in frames if f.event == "message_queued")
     assert queued.data["message_id"] == body["message_id"]
     ends = [f.data for f in frames if f.event == "tool_execution_end"]
-    assert [e["tool_name"] for e in ends] == ["api_slow", "api_echo"]
+    assert [e["tool_name"] for e in ends] == ["api_gate", "api_echo"]
     assert ends[1]["is_error"] is True
     assert user_texts(api.fake.requests[1])[-1] == "stop that"
     done = await api.wait_status(run["id"], "completed")
@@ -142,8 +157,9 @@ async def test_cancel_during_model_streaming(api: Api) -> None:
     assert api.fake.closed == 1
 
 
-async def test_queue_list_and_withdraw(api: Api) -> None:
-    api.fake.script = [fake.tool_calls(("api_slow", {"seconds": 1.0})), fake.hanging()]
+async def test_queue_list_and_withdraw(api: Api, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    api.fake.script = [fake.tool_calls(("api_gate", {"path": str(gate)})), fake.hanging()]
     run = await api.create(input="go", toolset="api_testing")
     rid = run["id"]
     watch = Watch(api, rid)
@@ -160,8 +176,9 @@ async def test_queue_list_and_withdraw(api: Api) -> None:
     resp = await api.client.delete(f"/runs/{rid}/queue/{b['message_id']}")
     assert resp.status_code == 204
     assert (await api.client.delete(f"/runs/{rid}/queue/{b['message_id']}")).status_code == 404
+    gate.touch()
     await watch.until("turn_start")
-    async with asyncio.timeout(10):  # the steer message is taken after the tool
+    async with asyncio.timeout(30):  # the steer message is taken after the tool
         while (await api.get(rid))["queue"]["steer"]:
             await asyncio.sleep(0.02)
     resp = await api.client.delete(f"/runs/{rid}/queue/{a['message_id']}")
