@@ -1,9 +1,9 @@
-"""schemathesis over the served ``/openapi.json`` (bounded: 20 cases per operation, under a minute in
-all): requests generated from every operation's schema, valid and not, against a live server
-with auth on and a worker; no response is a 5xx, every response has a documented status,
-content type and headers and a body that matches its declared schema (error bodies included),
-invalid requests (a missing key among them) are refused, and a wrong method is 405 with an
-``Allow`` that lists the path's methods."""
+"""schemathesis over the served ``/openapi.json`` (bounded: 20 cases per operation, under a minute
+in all): requests generated from every operation's schema, valid and not, against a live server
+with auth on and a worker; no response is a 5xx, every response has a documented status, content
+type and headers and a body that matches its declared schema (error bodies included), invalid
+requests (a missing key among them) are refused, and a wrong method is 405 with an ``Allow``
+that lists the path's methods."""
 
 from __future__ import annotations
 
