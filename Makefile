@@ -6,8 +6,10 @@ STAMP   := $(VENV)/.installed-stamp
 HOST    ?= 127.0.0.1
 PORT    ?= 8000
 
-JS      := tests/js
-JSSTAMP := $(JS)/node_modules/.installed-stamp
+# npm packages, each pinned by its own committed package-lock.json: the clients the tests drive
+# and the example frontends the tests build and run
+JSDIRS  := tests/js examples/ai-sdk-react examples/ag-ui-client
+JSSTAMPS := $(JSDIRS:%=%/node_modules/.installed-stamp)
 
 .PHONY: install run test lint bench system-deps js-deps clean
 
@@ -30,12 +32,12 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# the JavaScript packages the tests drive, exactly as the committed lockfile pins them
-js-deps: $(JSSTAMP)
+# the JavaScript packages, exactly as the committed lockfiles pin them
+js-deps: $(JSSTAMPS)
 
-$(JSSTAMP): $(JS)/package.json $(JS)/package-lock.json | system-deps
-	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
-	touch $(JSSTAMP)
+%/node_modules/.installed-stamp: %/package.json %/package-lock.json | system-deps
+	cd $* && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 test: install system-deps js-deps
 	@scripts/test.sh
@@ -46,4 +48,4 @@ bench: install system-deps
 	$(BIN)/python bench/harness.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(JS)/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis $(JSDIRS:%=%/node_modules)

@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     port: int = 8000
     redis_url: str | None = None
     """Unset: the in-process memory backend (one process, nothing survives a restart)."""
+    redis_cluster: bool = False
+    """``true``: ``redis_url`` names seed nodes of a Redis Cluster (``redis://h1:p1,h2:p2``)."""
     default_model: str | None = None
     """Unset: the first provider with a key (openai, anthropic, gemini), else ``demo:echo``."""
     api_keys: str = ""
@@ -46,9 +48,13 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     max_body_bytes: int = Field(default=MiB, ge=1)
     run_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    thread_ttl: int = Field(default=30 * 24 * 3600, ge=60)
+    """Seconds an idle thread is kept after its last activity (a busy one never expires)."""
     worker_concurrency: int = Field(default=100, ge=1)
-    lease_seconds: float = Field(default=30.0, gt=0)
-    heartbeat_seconds: float = Field(default=10.0, gt=0)
+    lease_seconds: float = Field(default=5.0, gt=0)
+    """A worker silent this long is taken for dead: another one resumes its runs."""
+    heartbeat_seconds: float = Field(default=1.0, gt=0)
+    """How often a worker says it is alive (one Redis write per worker; capped at lease/2)."""
     worker_name: str | None = None
     """This worker's name (default: host-pid-random); shows in logs and Redis CLIENT LIST."""
     provider_factory: str | None = None

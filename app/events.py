@@ -168,11 +168,52 @@ class RunResumed:
     parent_tool_call_id: str | None = None
 
 
+@dataclass(slots=True, kw_only=True)
+class ApprovalRequested:
+    """The model picked a tool that needs approval: the run waits (``requires_action``) until
+    ``POST /runs/{id}/approvals`` answers for ``tool_call_id``."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ClientToolRequested:
+    """The model picked a client tool: the frontend runs it and answers with
+    ``POST /runs/{id}/tool_results``."""
+
+    type: Literal["client_tool_requested"] = "client_tool_requested"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ApprovalDecided:
+    """Service event: a decision (or a client tool's result) was accepted for a waiting pick."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    tool_call_id: str
+    decision: Literal["approve", "deny", "result"]
+    reason: str | None = None
+    args: dict[str, Any] | None = None
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
 LoopEvent: TypeAlias = (
     AgentStart | TurnStart | MessageStart | MessageUpdate | MessageEnd | ToolExecutionStart
-    | ToolExecutionUpdate | ToolExecutionEnd | TurnEnd | AgentEnd
+    | ToolExecutionUpdate | ToolExecutionEnd | TurnEnd | AgentEnd | ApprovalRequested
+    | ClientToolRequested
 )
-ServiceEvent: TypeAlias = RunCreated | MessageQueued | MessageWithdrawn | RunResumed
+ServiceEvent: TypeAlias = (RunCreated | MessageQueued | MessageWithdrawn | RunResumed
+                           | ApprovalDecided)
 Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS

@@ -24,7 +24,18 @@ from app.limits import BodyGuard
 from app.logs import RunLogContext, setup_logging
 from app.methods import HeadAsGet
 from app.openapi import install_contract
-from app.routes import events, health, playground, queue, runs, tools
+from app.routes import (
+    ag_ui,
+    ai_sdk,
+    approvals,
+    events,
+    health,
+    playground,
+    queue,
+    runs,
+    threads,
+    tools,
+)
 from app.run_requests import ResolveProvider
 from app.services import check_tool_modules, open_services
 
@@ -52,7 +63,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                          lifespan=lifespan)
     install_error_handlers(app)
     install_contract(app)
-    for module in (runs, events, queue, tools, health):
+    for module in (runs, events, queue, approvals, threads, tools, health, ai_sdk,
+                   ag_ui):
         app.include_router(module.router)
     if cfg.playground:
         app.include_router(playground.router)

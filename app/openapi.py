@@ -26,7 +26,7 @@ SECURITY_SCHEMES: Json = {
 }
 PUBLIC_OPERATIONS = frozenset({"getHealth", "getReadiness", "getMetrics"})
 """Operations that never ask for credentials."""
-STREAM_OPERATIONS = frozenset({"streamRunEvents"})
+STREAM_OPERATIONS = frozenset({"streamRunEvents", "streamThreadEvents"})
 """Operations that also accept a stream token."""
 REQUEST_SCHEMAS = ("CreateRun", "ForcedChoice", "QueueMessageIn")
 """FastAPI's components that only requests use: their defaults move into descriptions."""

@@ -51,7 +51,7 @@ class EventSink:
         self.timings = timings
         self.run_id = run_id
         self.attempt = attempt
-        self._buf: list[tuple[Event, float]] = []
+        self._buf: list[tuple[Event, float, bool]] = []
         self._acks: list[tuple[QueueKind, str]] = []
         self._fields: dict[str, Any] = {}
         self._wake = asyncio.Event()
@@ -63,10 +63,12 @@ class EventSink:
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
                                                             name=f"sink-{run_id}")
 
-    def emit(self, event: Event) -> None:
-        """The loop's ``emit``: buffer and wake the writer (cheap: no I/O here)."""
+    def emit(self, event: Event, *, checkpoint: bool = True) -> None:
+        """The loop's ``emit``: buffer and wake the writer (cheap: no I/O here).
+        ``checkpoint=False``: a depth-0 ``message_end`` that is not part of the history (an
+        end closing a reply a lost worker left open)."""
         t = time.time()
-        self._buf.append((event, t))
+        self._buf.append((event, t, checkpoint))
         if self.timings is not None:
             self.timings.observe(event, t)
         if not self._wake.is_set():
@@ -114,10 +116,10 @@ class EventSink:
         fields, self._fields = self._fields, {}
         encoded: list[tuple[str, bytes]] = []
         checkpoint: list[bytes] = []
-        for event, t in events:
+        for event, t, keep in events:
             encoded.append((event.type, encode_event_body(event, run_id=self.run_id,
                                                           ts=self._ts(t))))
-            if event.type == "message_end" and event.depth == 0:
+            if event.type == "message_end" and event.depth == 0 and keep:
                 checkpoint.append(json_bytes(event.message))
         self._batches += 1
         return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,

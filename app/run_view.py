@@ -7,8 +7,11 @@ import re
 from datetime import UTC, datetime
 
 from app.backends.base import Backend, RunNotFound, RunRecord
+from app.backends.parking_base import REQUIRES_ACTION
 from app.run_requests import input_messages
-from app.schemas import QueueCounts, Run
+from app.schemas import PendingCall, QueueCounts, Run
+from app.threads.ids import thread_of_run
+from app.threads.store import threads
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
               "total_tokens")
@@ -60,6 +63,8 @@ async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False
     else:
         added, queue = await asyncio.gather(backend.load_checkpoint(record.id),
                                             backend.queue_lengths(record.id))
+    if not added and thread_of_run(record.id) and not fresh:  # not started: its input
+        added = (await threads(backend).thread_run_inputs(record.id))[1]
     messages = [*_context_messages(record), *added]
     created = rfc3339(record.created_at)
     assert created is not None
@@ -70,11 +75,26 @@ async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False
         usage={k: int(record.usage.get(k, 0)) for k in USAGE_KEYS}, messages=messages,
         metadata=dict(record.metadata),
         queue=QueueCounts(steer=queue.get("steer", 0), follow_up=queue.get("follow_up", 0)),
-        events_url=events_url(record.id))
+        events_url=events_url(record.id), thread_id=thread_of_run(record.id),
+        pending=await pending_calls(backend, record))
+
+
+async def pending_calls(backend: Backend, record: RunRecord) -> list[PendingCall]:
+    """What a ``requires_action`` run waits for (the Run's ``pending``)."""
+    if record.status != REQUIRES_ACTION:
+        return []
+    state = await backend.parked_state(record.id)
+    if state is None:
+        return []
+    return [PendingCall(tool_call_id=c["tool_call_id"], tool_name=c["tool_name"],
+                        args=c["args"], kind=c["kind"],
+                        decided=c["tool_call_id"] in state.decisions) for c in state.calls]
 
 
 def _context_messages(record: RunRecord) -> list[dict[str, object]]:
     """The part of the input the loop does not re-add: a list input is the context the loop
     continues; a string input becomes the loop's prompt, which the checkpoint records."""
     value = record.request.get("input")
-    return [] if isinstance(value, str) else input_messages(record.request)
+    if isinstance(value, str) or thread_of_run(record.id):  # a thread run's input: its prompts
+        return []
+    return input_messages(record.request)

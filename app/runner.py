@@ -23,13 +23,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app import metrics
+from app.approvals import parking
 from app.backends.base import TERMINAL, Backend, BackendError, Claim, FencedOut, RunRecord, now
 from app.events import AgentEnd, RunResumed
 from app.logs import bind
-from app.loop import LoopConfig, LoopOutcome, run_loop
+from app.loop import LoopConfig, LoopOutcome, Resume, run_loop
 from app.loop.streaming import Deadline
 from app.metrics import RunTimings
+from app.resume import LogState, ended_fields, read_log_state
 from app.run_sink import BackendQueue, EventSink, retrying
+from app.threads.runs import is_thread_run, settle_thread_of, thread_inputs
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -100,11 +103,17 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
 
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
-    if claim.resumed:
-        sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
+    woken = await parking.woken(deps.backend, record, claim)
+    earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
+    if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
+        await sink.close(**_final(*ended_fields(earlier.ended)))
+        await _finish(deps.backend, claim)
+        return
+    if woken is not None:
+        parking.count_wait(record, woken, sink)
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
     try:
-        kwargs = await _loop_kwargs(deps, claim, record, sink)
+        kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
     except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         sink.emit(AgentEnd(stop_reason="error", error=str(exc), usage=Usage(), messages=[]))
@@ -112,6 +121,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await _finish(deps.backend, claim)
         return
     abort = asyncio.Event()
+    await parking.preset_cancel(deps.backend, claim, abort)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
@@ -121,8 +131,26 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         raise
     finally:
         watch.cancel()
+    if outcome.parked:
+        await parking.park(deps.backend, claim, record, sink, outcome.parked)
+        return
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
     await _finish(deps.backend, claim)
+
+
+async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, lost: bool
+                            ) -> LogState | None:
+    """On resume: what the log holds; when a worker was ``lost`` (not a parked run woken by
+    an answer), the starts it left open get their ends (``app.resume``), then
+    ``run_resumed``. None for a first attempt."""
+    if not claim.resumed:
+        return None
+    state = await retrying(lambda: read_log_state(deps.backend, claim.run_id))
+    if state.ended is None and lost:
+        for event in state.closers():
+            sink.emit(event, checkpoint=False)
+        sink.emit(RunResumed(worker=deps.worker, attempt=claim.attempt))
+    return state
 
 
 async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
@@ -164,6 +192,7 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
 
 
 async def _finish(backend: Backend, claim: Claim) -> None:
+    await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
@@ -174,36 +203,33 @@ def _final(reason: str, error: str | None, result: str | None, usage: Usage) -> 
 
 
 async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
-                       sink: EventSink) -> dict[str, Any]:
+                       sink: EventSink, earlier: LogState | None) -> dict[str, Any]:
     req = record.request
     provider, model_id = deps.resolve_provider(str(req.get("model") or record.model))
     menu = build_menu(tools=req.get("tools"), toolset=req.get("toolset"),
                       tools_source=req.get("tools_source"), tools_allow=req.get("tools_allow"),
                       tools_deny=req.get("tools_deny"), disabled=deps.disabled_tools,
                       registry=deps.registry, env=deps.env)
+    menu.load(record.loaded_tools)  # a resumed run's menu is the one it had
+    menu.on_load = lambda names: sink.set_fields(loaded_tools=names)
     context, prompts = split_input(req.get("input"))
-    resume_from: list[Message] | None = None
-    if claim.resumed:
+    if is_thread_run(record.id):  # the thread's history, then this run's input as prompts
+        context, prompts = await thread_inputs(deps.backend, record.id)
+    resume: Resume | None = None
+    if earlier is not None and earlier.started:
         done = load_messages(await retrying(lambda: deps.backend.load_checkpoint(claim.run_id)))
-        if done:
-            context, prompts, resume_from = context + done, [], done
-        elif await _started(deps.backend, claim.run_id):
-            resume_from = []
+        context, prompts = context + done, prompts if not done else []
+        resume = Resume(messages=done, rounds=earlier.rounds, turn_open=earlier.turn_open)
     config = loop_config(record, model_id)
     config.tool_timeout = deps.tool_timeout
     config.max_result_chars = deps.max_result_chars
     config.max_tokens = config.max_tokens or deps.default_max_tokens or None
     config.deadline = run_deadline(record, deps.run_timeout)
     config.resolve = deps.resolve_provider
+    config.gate = await parking.run_gate(deps.backend, record, deps.registry, menu, claim)
     return {"provider": provider, "menu": menu, "config": config,
-            "context": context, "prompts": prompts, "resume_from": resume_from,
+            "context": context, "prompts": prompts, "resume": resume,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up")}
-
-
-async def _started(backend: Backend, run_id: str) -> bool:
-    """Whether an earlier attempt already emitted ``agent_start``."""
-    events = await retrying(lambda: backend.read_events(run_id, 0, limit=50))
-    return any(e.type == "agent_start" for e in events)
 
 
 def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:
@@ -213,7 +239,8 @@ def run_deadline(record: RunRecord, server_timeout: float) -> Deadline | None:
     if not limits:
         return None
     seconds = float(min(limits))
-    return Deadline(at=(record.started_at or now()) + seconds, seconds=seconds)
+    start = (record.started_at or now()) + record.parked_seconds  # waiting for people: free
+    return Deadline(at=start + seconds, seconds=seconds)
 
 
 def split_input(value: object) -> tuple[list[Message], list[Message]]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from app.approvals.gate import Ask, exec_gate
 from app.config import Settings, load_settings, provider_env
 from app.events import Event
 from app.loop import LoopConfig, run_loop
@@ -30,7 +31,7 @@ from app.loop.tool_exec import ToolScope, current_scope
 from app.queues import MessageSource, QueueMode
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage
-from tool_registry import Menu, build_menu
+from tool_registry import Menu, build_menu, default_registry
 
 Resolver = Callable[[str], tuple[Provider, str]]
 _resolver: Resolver | None = None
@@ -69,7 +70,9 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                max_tokens: int | None = None,
                timeout: float | None = None,  # noqa: ASYNC109 - ends the run with agent_end
                provider: Provider | None = None, abort: asyncio.Event | None = None,
-               on_event: Callable[[Event], None] | None = None) -> ExecResult:
+               on_event: Callable[[Event], None] | None = None,
+               approval: Sequence[str] | str | None = None,
+               on_approval: Ask | None = None) -> ExecResult:
     """Run the tool loop on ``content`` (after ``messages``, a history to continue).
 
     ``max_iterations`` caps model rounds (effective cap ``max(1, n)``; None: no cap).
@@ -77,7 +80,10 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
     call is stopped with ``stop_reason`` ``error``; unset: ``AGENTLOOP_RUN_TIMEOUT`` for a
     top-level call, none of its own for a nested one (the outer run's deadline applies).
     ``provider`` overrides model resolution (tests, custom backends). A forced ``tool_choice``
-    naming a tool that is not on the menu raises ``ValueError``.
+    naming a tool that is not on the menu raises ``ValueError``. ``approval`` (tool or toolset
+    names, or ``"all"``/``"unsafe"``) adds picks that need approval to the tools' own;
+    ``on_approval(WaitingCall)`` (sync or async) answers each with True/False or a
+    ``Decision``; without it such picks are denied (a call never parks).
     """
     scope = current_scope.get()
     settings = load_settings()
@@ -105,6 +111,8 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                             deadline=_deadline(timeout, scope, settings), resolve=resolve,
                             tool_timeout=settings.tool_timeout,
                             max_result_chars=settings.max_result_chars)
+        outer = scope.config.gate if scope is not None and scope.config is not None else None
+        config.gate = exec_gate(approval, default_registry, on_approval, outer)
         emit = on_event or _ignore
         if scope is not None:
             emit, abort = _nest(config, scope, on_event, abort)
@@ -249,3 +257,13 @@ def _tee(a: Callable[[Event], None], b: Callable[[Event], None]) -> Callable[[Ev
         a(event)
         b(event)
     return both
+
+
+def __getattr__(name: str) -> Any:
+    """``runtime.Thread`` / ``runtime.ThreadBusy``: the conversation helper
+    (``app.threads.conversation``, imported on first use: it builds on ``exec``)."""
+    if name in ("Thread", "ThreadBusy"):
+        from app.threads import conversation
+
+        return getattr(conversation, name)
+    raise AttributeError(f"module 'app.runtime' has no attribute {name!r}")

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
 
+from app.threads.schemas import MultitaskField, MultitaskOutcome
+
 QueueModeField = Literal["one-at-a-time", "all"]
 
 
@@ -48,6 +50,18 @@ class ForcedChoice(BaseModel):
     name: str = Field(min_length=1)
 
 
+class ClientTool(BaseModel):
+    """A tool the frontend runs (``client_tools``): on the model's menu like any tool; a pick
+    of it parks the run until ``POST /runs/{id}/tool_results`` answers."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (an object schema)")
+
+
 class CreateRun(BaseModel):
     """``POST /runs`` body."""
 
@@ -76,6 +90,48 @@ class CreateRun(BaseModel):
         description="seconds the run may take from its start before it ends with stop_reason "
                     "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: dict[str, str] = Field(default_factory=dict)
+    thread_id: str | None = Field(default=None, description=(
+        "continue this thread (as POST /threads/{id}/runs): input is the new user message(s)"))
+    multitask: MultitaskField | None = Field(default=None, description=(
+        "with thread_id: what the message does while the thread is busy (default enqueue)"))
+    approval: list[str] | Literal["all", "unsafe"] | None = Field(
+        default=None, description="tools (or toolsets) whose picks wait for approval, or a "
+        "policy: 'all' tools, or 'unsafe' ones (tools with unsafe_in channels)")
+    approval_timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds a parked run waits; then its unanswered picks are denied")
+    client_tools: list[ClientTool] | None = None
+
+
+class PendingCall(BaseModel):
+    """A pick a ``requires_action`` run waits for."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    kind: Literal["approval", "client_tool"]
+    decided: bool
+
+
+class ApprovalIn(BaseModel):
+    """``POST /runs/{id}/approvals`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str = Field(min_length=1, max_length=256)
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=4096)
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="approve with these arguments instead of the model's "
+        "(validated against the tool's schema)")
+
+
+class ToolResultIn(BaseModel):
+    """``POST /runs/{id}/tool_results`` body: a client tool's result."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str = Field(min_length=1, max_length=256)
+    content: str | list[dict[str, Any]]
+    is_error: StrictBool = False
 
 
 class QueueCounts(BaseModel):
@@ -89,8 +145,8 @@ class Run(BaseModel):
     """The Run object."""
 
     id: str
-    status: Annotated[Literal["queued", "running", "completed", "failed", "cancelled"],
-                      WithJsonSchema(_ref("RunStatus"))]
+    status: Annotated[Literal["queued", "running", "requires_action", "completed", "failed",
+                              "cancelled"], WithJsonSchema(_ref("RunStatus"))]
     model: str
     created_at: DateTime
     started_at: OptionalDateTime
@@ -103,10 +159,15 @@ class Run(BaseModel):
     metadata: dict[str, str]
     queue: QueueCounts
     events_url: str
+    pending: list[PendingCall] = Field(default_factory=list, description=(
+        "the picks a requires_action run waits for (empty otherwise)"))
     stream_token: str | None = Field(default=None, description=(
         "a fresh token for this run's events (`GET /runs/{id}/events?token=`): read-only, "
         "scoped to this run, valid AGENTLOOP_STREAM_TOKEN_TTL seconds; every Run returned "
         "carries a new one"))
+    thread_id: str | None = Field(default=None, description="the thread this run belongs to")
+    multitask: MultitaskOutcome | None = Field(default=None, description=(
+        "on the answer to a thread post: what the posted message did"))
 
 
 class RunList(BaseModel):

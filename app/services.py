@@ -64,7 +64,8 @@ def make_store(settings: Settings) -> Backend:
     from app.backends import make_backend
 
     return make_backend(settings.redis_url, lease=settings.lease_seconds,
-                        run_ttl=settings.run_ttl, client_name=settings.worker_name)
+                        run_ttl=settings.run_ttl, client_name=settings.worker_name,
+                        thread_ttl=settings.thread_ttl, cluster=settings.redis_cluster)
 
 
 def model_resolver(settings: Settings, env: dict[str, str],

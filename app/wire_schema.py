@@ -50,7 +50,8 @@ NAMED_UNIONS = {"Message": Message, "UserContent": UserContent,
 """Discriminated unions that get a component of their own instead of being inlined."""
 ENUMS: dict[str, Json] = {
     "RunStatus": {"type": "string",
-                  "enum": ["queued", "running", "completed", "failed", "cancelled"]},
+                  "enum": ["queued", "running", "requires_action", "completed",
+                           "failed", "cancelled"]},
     "RunStopReason": {"type": "string", "enum": ["stop", "max_iterations", "error", "aborted"]},
 }
 ENVELOPE: Json = {

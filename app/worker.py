@@ -1,9 +1,11 @@
-"""Workers: claim runs (at most ``concurrency`` at a time), heartbeat them, shut down cleanly.
+"""Workers: claim runs (at most ``concurrency`` at a time), heartbeat, shut down cleanly.
 
 Timeline::
 
     claim loop ─ slot free? ─ claim(≤1 s) ─ spawn run_claim ─┐ (until stop)
-    heartbeat  ─ every lease/3: heartbeat(worker, running run ids)
+    heartbeat  ─ at start, then every ``heartbeat`` s: heartbeat(worker) — one write per
+                 worker, however many runs it holds; another worker takes those runs over
+                 once ``lease`` s pass without one
     stop set   ─ claiming stops ─ running loops cancelled ─ each releases its taken messages,
                  flushes its checkpoint and hands the run back (release_run) ─ return
 
@@ -13,8 +15,9 @@ The backend being unreachable never ends the worker: claims and heartbeats log a
 ``AGENTLOOP_PROVIDER_FACTORY=module:callable`` names a zero-argument callable returning the
 ``resolve_provider`` function (``"provider:model"`` → ``(Provider, model_id)``); tests use it
 to give a subprocess worker a scripted provider. Other settings: ``AGENTLOOP_REDIS_URL``,
-``AGENTLOOP_LEASE`` (s), ``AGENTLOOP_RUN_TTL`` (s), ``AGENTLOOP_WORKER_CONCURRENCY``,
-``AGENTLOOP_WORKER_NAME``, ``AGENTLOOP_DISABLED_TOOLS`` (comma-separated).
+``AGENTLOOP_LEASE_SECONDS`` (5), ``AGENTLOOP_HEARTBEAT_SECONDS`` (1), ``AGENTLOOP_RUN_TTL`` (s),
+``AGENTLOOP_WORKER_CONCURRENCY``, ``AGENTLOOP_WORKER_NAME``, ``AGENTLOOP_DISABLED_TOOLS``
+(comma-separated).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from app.approvals.expiry import wake_expired
 from app.backends import Backend
 from app.backends.base import BackendError, Claim
 from app.runner import ResolveProvider, RunnerDeps, run_claim
@@ -48,7 +52,7 @@ class Worker:
     """One worker: ``run(stop)`` returns after ``stop`` is set and running runs are handed back."""
 
     def __init__(self, backend: Backend, resolve_provider: ResolveProvider, *,
-                 name: str | None = None, concurrency: int = 100, lease: float = 30.0,
+                 name: str | None = None, concurrency: int = 100, lease: float = 5.0,
                  heartbeat: float | None = None, disabled_tools: Iterable[str] = (),
                  registry: Registry = default_registry, **run_options: Any) -> None:
         """``run_options``: the other ``RunnerDeps`` fields (``env``, ``tool_timeout``,
@@ -69,11 +73,13 @@ class Worker:
         """Claim and drive runs until ``stop`` is set, then shut down gracefully."""
         beat = asyncio.create_task(self._heartbeats(stop))
         shutdown = asyncio.create_task(self._shutdown_on(stop))
+        expiry = asyncio.create_task(wake_expired(self.backend, stop))
         try:
             await self._claim_loop(stop)
         finally:
             stop.set()
             await shutdown
+            await expiry
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
@@ -139,13 +145,11 @@ class Worker:
 
     async def _heartbeats(self, stop: asyncio.Event) -> None:
         while True:
-            await asyncio.sleep(self.heartbeat)
-            if not self.running:
-                continue
             try:
-                await self.backend.heartbeat(self.name, list(self.running))
+                await self.backend.heartbeat(self.name)
             except BackendError as exc:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
+            await asyncio.sleep(self.heartbeat)
 
     async def _shutdown_on(self, stop: asyncio.Event) -> None:
         """On stop, hand running runs back at once (a waiting claim is interrupted too)."""

@@ -282,6 +282,28 @@ LIVE = (
     "sizes deployments.")
 
 
+def _cluster(cells: list[dict[str, Any]] | None) -> list[str]:
+    """One redis-server vs a 3+3 Redis Cluster, and the cluster with 1/2/4 worker processes."""
+    if not cells:
+        return []
+    out = ["## Redis Cluster", "",
+           "`bench/cluster.py`, production workload: `redis` and `cluster` run `agentloop serve` "
+           "with its embedded worker; `cluster/Nw` run `serve --no-worker` beside N `agentloop "
+           "worker` processes. Redis CPU sums every node (replicas included). On 2 cores the "
+           "client, fake model, service and six redis-servers share the CPU: the scaling rows "
+           "show the per-run cost of more processes, not a speed-up. See docs/cluster.md.", "",
+           "| cell | runs/s | service CPU ms/run | Redis CPU ms/run | ok/runs | load |",
+           "|---|---|---|---|---|---|"]
+    for c in cells:
+        if "failed" in c:
+            out.append(f"| {c['cell']} | failed: `{c['failed'][:120]}` | | | | |")
+            continue
+        out.append(f"| {c['cell']} | {c['runs_per_s']} | {c['service_cpu_ms_per_run']} | "
+                   f"{c['redis_cpu_ms_per_run']} | {c['ok']}/{c['runs']} | "
+                   f"{c['load_before']} |")
+    return [*out, ""]
+
+
 def write(path: Path, rows: list[dict[str, Any]], extras: dict[str, Any], argv: list[str],
           quick: bool = False) -> None:
     systems = list(dict.fromkeys(r["system"] for r in rows))
@@ -291,12 +313,12 @@ def write(path: Path, rows: list[dict[str, Any]], extras: dict[str, Any], argv: 
               "Ratios (agentloop / LangGraph, medians; below 1 is better except runs/s):", "",
               *_ratios(rows, "production"), "", "## Live streams per core", "", LIVE, "",
               *_live_section(extras), "",
-              *_transports(extras.get("transports")),
+              *_transports(extras.get("transports")), *_cluster(extras.get("cluster")),
               "## Micro-benchmark (plain http, one write per reply, keep-alive clients)", "",
               *_table(rows, "micro", systems), "", *_ratios(rows, "micro"), "",
               "## agentloop only", ""]
     for key, fig in extras.items():
-        if not key.startswith("live/") and key != "transports":
+        if not key.startswith("live/") and key not in ("transports", "cluster"):
             lines.append(f"- `{key}`: `{fig}`")
     lines += ["", "Steer: `steer_raw_ms` runs from sending `POST /steer` (at the 20th text delta "
               "of the https model streaming one delta per 33 ms) to the injected user message's "

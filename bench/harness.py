@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/harness.py [--quick] [--runs 200] [--concurrency 50] [--repeat 3]
         [--systems agentloop,agentloop-redis,langgraph] [--skip-peer] [--skip-micro]
-        [--skip-live] [--skip-steer] [--skip-open]
+        [--skip-live] [--skip-steer] [--skip-open] [--skip-cluster]
 
 The production path first (the default workload): the fake model serves ``https://`` with a
 certificate from a throw-away CA that every system trusts through ``SSL_CERT_FILE``, paces its
@@ -12,7 +12,8 @@ run opens a new client connection, as distinct browsers do. Systems are interlea
 ``--repeat`` cells, its range and the load average printed beside it. Then the labelled
 micro-benchmark (plain ``http://``, each reply in one write, keep-alive client connections),
 live streams per core on each backend (with a py-spy profile), steer→injected latency and memory
-with 1,000 open runs. Prints one JSON line per measured cell on stdout and writes
+with 1,000 open runs, and the Redis Cluster column and worker scaling (``bench/cluster.py``).
+Prints one JSON line per measured cell on stdout and writes
 bench/RESULTS.md (figures, ratios, PASS/MISS per target). Every server binds 127.0.0.1; every loop
 is bounded in count and time.
 """
@@ -32,7 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _agentloop_only, _live, _open_runs, _profile, _report, _systems
+from bench import _agentloop_only, _live, _open_runs, _profile, _report, _systems, cluster
 from bench._procs import OUT, Proc, start_fake
 from bench._stats import Sample, load_avg, row
 from bench._tls import make_tls
@@ -180,7 +181,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--open-runs", type=int, default=1000)
     p.add_argument("--live-sizes", default=",".join(map(str, LIVE_SIZES)))
     p.add_argument("--profile-seconds", type=float, default=5.0)
-    for skip in ("micro", "transports", "live", "steer", "open"):
+    for skip in ("micro", "transports", "cluster", "live", "steer", "open"):
         p.add_argument(f"--skip-{skip}", action="store_true")
     p.add_argument("--results", type=Path, default=_report.RESULTS,
                    help="where the Markdown report goes ('-' for nowhere)")
@@ -224,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         _say("https transports: client CPU per streamed call")
         extras["transports"] = transports(args.quick)
         print(json.dumps(extras["transports"]), flush=True)
+    if not args.skip_cluster:
+        _say("Redis Cluster: one redis-server vs 3+3 cluster, then 1, 2, 4 worker processes")
+        extras["cluster"] = cluster.run(cluster.parse(
+            ["--runs", str(args.runs), "--concurrency", str(max(args.concurrency))]))
     for system in (s for s in args.systems if s in _systems.AGENTLOOP_SYSTEMS):
         if not args.skip_live:
             _say(f"{system}: live streams per core")

@@ -136,6 +136,8 @@ class FakeProvider:
             for event in step.events:
                 if step.delay:
                     await asyncio.sleep(step.delay)
+                elif sent % 64 == 63:  # a real stream yields to the event loop between reads
+                    await asyncio.sleep(0)
                 yield event
                 sent += 1
             if step.hang:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from providers.base import ToolSpec
@@ -42,6 +42,10 @@ class Menu:
 
     tools: dict[str, AnyTool] = field(default_factory=dict)
     deferred: set[str] = field(default_factory=set)
+    loaded: list[str] = field(default_factory=list)
+    """Deferred tools made active so far, in load order (a resumed run loads them again)."""
+    on_load: Callable[[list[str]], None] | None = None
+    """Called with ``loaded`` whenever it grows (the runner persists it with the run)."""
 
     def active(self) -> list[AnyTool]:
         """Tools whose schemas go to the model this round."""
@@ -61,8 +65,12 @@ class Menu:
 
     def load(self, names: Iterable[str]) -> list[str]:
         """Make deferred tools active; returns those that were loaded."""
-        loaded = [n for n in names if n in self.deferred]
+        loaded = [n for n in dict.fromkeys(names) if n in self.deferred]
         self.deferred.difference_update(loaded)
+        if loaded:
+            self.loaded.extend(loaded)
+            if self.on_load is not None:
+                self.on_load(list(self.loaded))
         return loaded
 
 

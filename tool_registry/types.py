@@ -92,6 +92,8 @@ class ToolOptions:
     - ``available_if``: checked once at registration; False leaves the tool out for good
     - ``check_fn``: checked on every menu build; False hides the tool for now
     - ``expose``: False keeps the tool callable from Python but off every menu
+    - ``approval``: True (or a predicate over the arguments returning True) makes every pick
+      of the tool wait for a person's approval (``app.approvals``)
     """
 
     timeout: float | None = None
@@ -102,3 +104,4 @@ class ToolOptions:
     available_if: Callable[[], bool] | None = None
     check_fn: Callable[[], bool] | None = None
     expose: bool = True
+    approval: bool | Callable[[dict[str, Any]], bool] = False

@@ -2,8 +2,9 @@
 
 ``make_backend(None)`` is the in-process default; a Redis URL selects the Redis backend (only
 ``app/backends/redis*.py`` import ``redis``). Settings: ``lease`` (seconds a claim lasts without
-a heartbeat, default 30), ``run_ttl`` (seconds a finished run is kept, default 7 days) and, for
-Redis, ``connect_timeout``.
+a heartbeat of its worker, default 5), ``run_ttl`` (seconds a finished run is kept, default 7
+days) and, for Redis, ``connect_timeout`` and ``cluster`` (the URL names seed nodes of a Redis
+Cluster).
 """
 
 from __future__ import annotations
@@ -41,12 +42,18 @@ __all__ = [
 
 
 def make_backend(redis_url: str | None, **settings: Any) -> Backend:
-    """The Redis backend for ``redis_url``, else the in-memory one."""
+    """The Redis backend for ``redis_url``, else the in-memory one (``thread_ttl``: seconds an
+    idle thread is kept)."""
+    thread_ttl = settings.pop("thread_ttl", None)
+    backend: Any
     if redis_url:
         from app.backends.redis import RedisBackend
 
-        return RedisBackend(redis_url, **settings)
-    from app.backends.memory import MemoryBackend
+        backend = RedisBackend(redis_url, **settings)
+    else:
+        from app.backends.memory import MemoryBackend
 
-    allowed = {k: v for k, v in settings.items() if k in ("lease", "run_ttl")}
-    return MemoryBackend(**allowed)
+        backend = MemoryBackend(**{k: v for k, v in settings.items() if k in ("lease", "run_ttl")})
+    if thread_ttl is not None:
+        backend.thread_ttl = float(thread_ttl)
+    return backend  # type: ignore[no-any-return]

@@ -24,11 +24,13 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 import orjson
 
+from app.backends.parking_base import ParkingStore
 from app.events import ServiceEvent, encode_event_body, utc_now
 from app.queues import QueuedMessage, QueueKind, QueueMode
 from providers.messages import UserMessage, message_adapter
 
-RunStatus: TypeAlias = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatus: TypeAlias = Literal["queued", "running", "requires_action", "completed", "failed",
+                              "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -74,6 +76,10 @@ class RunRecord:
     worker: str | None = None
     last_seq: int = 0
     """The seq of the last event written (the next event gets ``last_seq + 1``)."""
+    loaded_tools: list[str] = field(default_factory=list)
+    """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
+    parked_seconds: float = 0.0
+    """Time spent waiting for people (``requires_action``): added to the run's deadline."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -141,8 +147,9 @@ class RunPage:
     next_cursor: str | None
 
 
-class Backend(Protocol):
-    """Storage and coordination for runs. All methods may raise ``BackendError``."""
+class Backend(ParkingStore, Protocol):
+    """Storage and coordination for runs. All methods may raise ``BackendError``. Parked runs
+    (``requires_action``): ``parking_base.ParkingStore``."""
 
     name: str
 
@@ -267,9 +274,10 @@ class Backend(Protocol):
         store round trip for a burst of new runs instead of one per run."""
         ...
 
-    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
-        """This worker is alive and still holds these runs (runs another worker has claimed
-        meanwhile are left alone)."""
+    async def heartbeat(self, worker: str) -> None:
+        """This worker is alive: the runs it holds stay its own for another lease. One write
+        per worker whatever the number of runs (claiming runs counts as one too); runs another
+        worker has claimed meanwhile stay with that worker."""
         ...
 
     async def finish(self, run_id: str, attempt: int) -> None:

@@ -33,6 +33,8 @@ from app.backends.base import (
     now,
     with_seq,
 )
+from app.backends.memory_parking import MemoryParking
+from app.backends.memory_threads import MemoryThreads
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
@@ -54,13 +56,13 @@ class _RunState:
         self.waiter = asyncio.Event()
 
 
-class MemoryBackend(ServiceEvents):
+class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
     """Runs, logs, queues and dispatch in dicts. ``lease``: seconds a claim lasts without a
     heartbeat; ``run_ttl``: seconds a finished run is kept."""
 
     name = "memory"
 
-    def __init__(self, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0) -> None:
+    def __init__(self, *, lease: float = 5.0, run_ttl: float = 7 * 86400.0) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
         self._runs: dict[str, RunRecord] = {}
@@ -68,8 +70,10 @@ class MemoryBackend(ServiceEvents):
         self._idem: dict[tuple[str, str], tuple[str, str]] = {}
         self._jobs: deque[str] = deque()
         self._jobs_changed = asyncio.Event()
-        self._leases: dict[str, tuple[str, float]] = {}
-        """run_id → (worker, deadline) while a worker holds the run."""
+        self._leases: dict[str, str] = {}
+        """run_id → the worker holding it."""
+        self._alive: dict[str, float] = {}
+        """worker → when its lease lapses unless it heartbeats."""
         self._next_lease_scan = 0.0
         self._expires: dict[str, float] = {}
         self._cancelled: set[str] = set()
@@ -295,12 +299,9 @@ class MemoryBackend(ServiceEvents):
             except TimeoutError:
                 pass
 
-    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
+    async def heartbeat(self, worker: str) -> None:
         """See ``Backend.heartbeat``."""
-        for run_id in run_ids:
-            held = self._leases.get(run_id)
-            if held is not None and held[0] == worker:
-                self._leases[run_id] = (worker, now() + self.lease)
+        self._alive[worker] = now() + self.lease
 
     async def finish(self, run_id: str, attempt: int) -> None:
         """See ``Backend.finish``."""
@@ -324,7 +325,8 @@ class MemoryBackend(ServiceEvents):
     def _claim_now(self, worker: str) -> Claim | None:
         t = now()
         if t >= self._next_lease_scan:  # an O(runs) scan: not on every claim
-            lapsed = next((r for r, (_, d) in self._leases.items() if d < t), None)
+            lapsed = next((r for r, w in self._leases.items() if self._alive.get(w, 0) < t),
+                          None)
             if lapsed is not None:
                 return self._assign(lapsed, worker)
             self._next_lease_scan = t + min(0.25, self.lease / 4)
@@ -339,7 +341,8 @@ class MemoryBackend(ServiceEvents):
         record = self._runs[run_id]
         record.attempt += 1
         record.worker = worker
-        self._leases[run_id] = (worker, now() + self.lease)
+        self._leases[run_id] = worker
+        self._alive[worker] = now() + self.lease  # a claim is a heartbeat
         state = self._state[run_id]
         for kind in KINDS:  # taken by the previous attempt, never injected: back to the head
             state.queues[kind].extendleft(reversed(state.inflight[kind]))
@@ -407,4 +410,5 @@ def parse_cursor(cursor: str | None) -> tuple[float, str] | None:
 def _copy(record: RunRecord) -> RunRecord:
     """A copy callers may change freely. ``request`` is shared: it is never changed after the
     run is created (a deep copy of it was most of the cost of every read)."""
-    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))
+    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata),
+                   loaded_tools=list(record.loaded_tools))

@@ -2,8 +2,17 @@
 
 Key layout in ``redis_keys``; every per-run write is one Lua script from ``redis_scripts``
 (atomic, fenced by the run's attempt). Dispatch is the ``al:jobs`` stream read through the
-``workers`` consumer group: a worker's pending entries are its runs; heartbeats reset their
-idle time (XCLAIM JUSTID) and a run idle longer than the lease is taken over (XAUTOCLAIM).
+``workers`` consumer group: a worker's pending entries are its runs. Liveness is one key per
+worker (``al:worker:<name>``, PX lease) that its heartbeat renews, whatever number of runs it
+holds; claiming workers look for holders whose key has lapsed and take their jobs::
+
+    every min(0.5 s, lease/4): XPENDING summary ─ MGET the holders' liveness keys
+      lapsed holder ─ XPENDING its jobs ─ XCLAIM (min idle lease/2: of two workers racing for
+      a job only the first gets it) ─ CLAIM script (attempt + 1 fences the lost worker out)
+
+On Redis Cluster (``cluster=True``) the same keys and scripts run through the cluster
+client; ``redis_cluster`` adds the per-master script pipelines with ``WAIT`` and the notes
+travel on per-run shard channels (``redis_notify_sharded``).
 
 Fail fast: connecting times out after ``connect_timeout`` (0.5 s) with one retry, so the API
 answers 503 within about a second; every Redis failure surfaces as ``BackendError``. Blocking
@@ -19,10 +28,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import orjson
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends import redis_keys as keys
@@ -44,14 +54,20 @@ from app.backends.base import (
     queue_entry,
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
+from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
 from app.backends.redis_notify import Notifier
+from app.backends.redis_notify_sharded import ShardedNotifier
+from app.backends.redis_parking import RedisParking
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import decode_record, encode_fields, encode_record
+from app.backends.redis_threads import RedisThreads
 from app.events import ServiceEvent
 from app.queues import QueuedMessage, QueueKind, QueueMode
 
 P = ParamSpec("P")
 T = TypeVar("T")
+_Entry = tuple[bytes, dict[bytes, bytes] | None]
+"""A job stream entry: its id and fields (None once deleted)."""
 BLOCK_MAX = 1.0
 """Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
 
@@ -70,37 +86,53 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
             if "NOTFOUND" in text:
                 raise RunNotFound(text) from None
             raise BackendError(text) from exc
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise BackendError(f"redis: {exc}") from exc
 
     return wrapper
 
 
-class RedisBackend(ServiceEvents):
+class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
-    ``client_name`` shows in CLIENT LIST (workers use their name)."""
+    ``client_name`` shows in CLIENT LIST (workers use their name); ``cluster``: ``url`` names
+    seed nodes of a Redis Cluster (comma-separated)."""
 
     name = "redis"
 
-    def __init__(self, url: str, *, lease: float = 30.0, run_ttl: float = 7 * 86400.0,
+    def __init__(self, url: str, *, lease: float = 5.0, run_ttl: float = 7 * 86400.0,
                  connect_timeout: float = 0.5, socket_timeout: float = 5.0,
-                 max_connections: int = 256, client_name: str | None = None) -> None:
+                 max_connections: int = 256, client_name: str | None = None,
+                 cluster: bool = False) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
-        pool = BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=socket_timeout,
-            socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name)
-        self.client: Redis = Redis(connection_pool=pool)
+        self.client: Redis | RedisCluster
+        self._nodes: NodeClients | None = None
+        self._pipeline: ScriptPipeline | ClusterScripts
+        self.notifier: Notifier
+        if cluster:
+            self.client = cluster_client(url, connect_timeout=connect_timeout,
+                                         socket_timeout=socket_timeout,
+                                         max_connections=max_connections,
+                                         client_name=client_name)
+            self._nodes = NodeClients(self.client)
+            self._pipeline = ClusterScripts(self._nodes)
+            self.notifier = ShardedNotifier(self._nodes, self.cancel_requested)
+        else:
+            pool = BlockingConnectionPool.from_url(
+                url, max_connections=max_connections, timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
+                retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+                retry_on_error=[RedisConnectionError, RedisTimeoutError],
+                client_name=client_name)
+            self.client = Redis(connection_pool=pool)
+            self._pipeline = ScriptPipeline(self.client)
+            self.notifier = Notifier(self.client, self.cancel_requested)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
-            "APPEND", "UPDATE", "CLAIM", "HOLDS", "FINISH", "RELEASE_RUN", "ENQUEUE",
+            "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
-        self._pipeline = ScriptPipeline(self.client)
-        self.notifier = Notifier(self.client, self.cancel_requested)
         self._group_ready = False
-        self._next_autoclaim = 0.0
+        self._next_scan = 0.0
 
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._s[name], keys_, args)
@@ -126,13 +158,25 @@ class RedisBackend(ServiceEvents):
         """Stop the listener and close the pool."""
         await self.notifier.close()
         await self._pipeline.close()
-        await self.client.aclose(close_connection_pool=True)
+        if self._nodes is not None:
+            await self._nodes.close()
+        if isinstance(self.client, RedisCluster):
+            await self.client.aclose()
+        else:
+            await self.client.aclose(close_connection_pool=True)
+
+    def _channel(self, run_id: str) -> str:
+        """Where the run's notes go: its shard channel on a cluster, else the global one."""
+        return keys.NOTIFY_CHANNEL if self._nodes is None else keys.notes_channel(run_id)
 
     async def ping(self) -> bool:
-        """Whether Redis answers now."""
+        """Whether Redis answers now (a cluster: whether any master does; one failing over
+        makes only its slots unavailable, not the service)."""
         try:
+            if self._nodes is not None:
+                return await self._nodes.any_master_answers()
             return bool(await self.client.ping())
-        except (RedisError, OSError):
+        except (RedisError, RedisClusterException, OSError):
             return False
 
     # -- runs --------------------------------------------------------------------------
@@ -146,17 +190,35 @@ class RedisBackend(ServiceEvents):
             if first is not None:
                 return first, False
         await self._ensure_group()
-        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
+
+        def write_run(pipe: Any) -> None:
             if first_event is not None:
                 record.last_seq = 1
                 type_, data = first_event_body(record.id, first_event)
                 pipe.xadd(keys.events_key(record.id), {"t": type_, "d": data}, id="1-0")
             mapping: Any = encode_record(record)
             pipe.hset(keys.run_key(record.id), mapping=mapping)
+
+        if self._nodes is not None:  # the run's slot, confirmed, strictly before its job
+            await self._nodes.durable(keys.run_key(record.id), write_run)
+            await self.client.zadd(keys.tenant_runs_key(record.tenant),
+                                   {record.id: record.created_at})
+            await self._add_job(record.id)
+            return record, True
+        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
+            write_run(pipe)
             pipe.zadd(keys.tenant_runs_key(record.tenant), {record.id: record.created_at})
             pipe.xadd(keys.JOBS_STREAM, {"run": record.id})
             await pipe.execute()
         return record, True
+
+    async def _add_job(self, run_id: str) -> None:
+        """A dispatch entry for the run (on a cluster: confirmed by a replica)."""
+        if self._nodes is None:
+            await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
+        else:
+            await self._nodes.durable(keys.JOBS_STREAM,
+                                      lambda pipe: pipe.xadd(keys.JOBS_STREAM, {"run": run_id}))
 
     async def _idempotent(self, record: RunRecord, key: str, body_hash: str) -> RunRecord | None:
         name = keys.idempotency_key(record.tenant, key)
@@ -241,7 +303,7 @@ class RedisBackend(ServiceEvents):
         args: list[Any] = [
             "" if attempt is None else attempt, batch.token or "", len(batch.events),
             len(batch.checkpoint), len(batch.acks), len(batch.fields or {}),
-            keys.NOTIFY_CHANNEL, f"e:{run_id}"]
+            self._channel(run_id), f"e:{run_id}"]
         for type_, body in batch.events:
             args += (type_, body)
         args += batch.checkpoint
@@ -275,7 +337,7 @@ class RedisBackend(ServiceEvents):
         hands over the batch it announced): the waiter is registered before anything is
         checked, so a batch landing in between still wakes it."""
         notes = self.notifier
-        await notes.ensure_started()
+        await notes.follow(run_id)
         waiter = notes.events_waiter(run_id)
         if notes.watch(run_id) != after:  # not known to be caught up: look in the log
             events = notes.events_after(run_id, after) or await self.read_events(run_id, after)
@@ -352,7 +414,7 @@ class RedisBackend(ServiceEvents):
     async def request_cancel(self, run_id: str) -> None:
         """See ``Backend.request_cancel``: a flag on the run plus a ``c:<run>`` note."""
         await self._run("CANCEL", [keys.run_key(run_id)],
-                        ["", keys.NOTIFY_CHANNEL, f"c:{run_id}"])
+                        ["", self._channel(run_id), f"c:{run_id}"])
 
     @_guard
     async def cancel_requested(self, run_id: str) -> bool:
@@ -361,9 +423,9 @@ class RedisBackend(ServiceEvents):
 
     async def wait_cancel(self, run_id: str) -> None:
         """See ``Backend.wait_cancel``."""
-        await self.notifier.ensure_started()
         waiter = self.notifier.cancel_waiter(run_id)
         try:
+            await self.notifier.follow(run_id)
             if not await _quietly(self.cancel_requested(run_id)):
                 await waiter.wait()
         finally:
@@ -394,15 +456,14 @@ class RedisBackend(ServiceEvents):
         deadline = loop.time() + timeout
         while True:
             entries: list[tuple[bytes, dict[bytes, bytes] | None]] = []
-            if loop.time() >= self._next_autoclaim:
-                lapsed: Any = await self.client.xautoclaim(
-                    keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 1000), "0-0",
-                    count=count)
-                entries = list(lapsed[1])
+            if loop.time() >= self._next_scan:
+                entries = await self._lapsed(worker, count)
                 if not entries:
-                    self._next_autoclaim = loop.time() + min(1.0, self.lease / 4)
+                    self._next_scan = loop.time() + min(0.5, self.lease / 4)
             if not entries:
-                block = min(BLOCK_MAX, deadline - loop.time())
+                # wake for the next scan too: a lapsed worker is noticed within one interval
+                block = min(BLOCK_MAX, deadline - loop.time(),
+                            max(self._next_scan - loop.time(), 0.05))
                 if block <= 0:
                     return []
                 rows: Any = await self.client.xreadgroup(
@@ -411,7 +472,35 @@ class RedisBackend(ServiceEvents):
                 entries = [entry for _, found in rows or [] for entry in found]
             claims = await self._assign_all(worker, entries)
             if claims:
+                await self._alive(worker)  # a claim is a heartbeat
                 return claims
+
+    async def _lapsed(self, worker: str, count: int) -> list[_Entry]:
+        """Jobs of workers whose liveness key has lapsed, now claimed for ``worker``."""
+        summary: Any = await self.client.xpending(keys.JOBS_STREAM, keys.JOBS_GROUP)
+        me = worker.encode()
+        holders = [c["name"] for c in summary.get("consumers") or [] if c["name"] != me]
+        if not holders:
+            return []
+        alive: Any = await self.client.mget([keys.worker_key(h.decode()) for h in holders])
+        entries: list[_Entry] = []
+        for holder, live in zip(holders, alive, strict=True):
+            if not live and len(entries) < count:
+                entries += await self._jobs_of(holder, worker, count - len(entries))
+        return entries
+
+    async def _jobs_of(self, holder: bytes, worker: str, count: int) -> list[_Entry]:
+        rows: Any = await self.client.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+",
+                                                     count, consumername=holder)
+        if not rows:
+            return []
+        claimed: Any = await self.client.xclaim(
+            keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 500),
+            [r["message_id"] for r in rows])
+        return list(claimed)
+
+    async def _alive(self, worker: str) -> None:
+        await self.client.set(keys.worker_key(worker), b"1", px=max(1, int(self.lease * 1000)))
 
     async def _assign_all(self, worker: str, entries: list[tuple[bytes, dict[bytes, bytes] | None]]
                           ) -> list[Claim]:
@@ -444,15 +533,9 @@ class RedisBackend(ServiceEvents):
             await pipe.execute()
 
     @_guard
-    async def heartbeat(self, worker: str, run_ids: list[str]) -> None:
-        """See ``Backend.heartbeat``: XCLAIM JUSTID resets the jobs' idle time."""
-        me = orjson.dumps(worker)
-        held = await asyncio.gather(*(self._run("HOLDS", [keys.run_key(run_id)], ["", me])
-                                      for run_id in run_ids))
-        jobs = [job for job in held if job]
-        if jobs:
-            await self.client.xclaim(keys.JOBS_STREAM, keys.JOBS_GROUP, worker, 0, jobs,
-                                     justid=True)
+    async def heartbeat(self, worker: str) -> None:
+        """See ``Backend.heartbeat``: one SET of the worker's liveness key (PX lease)."""
+        await self._alive(worker)
 
     @_guard
     async def finish(self, run_id: str, attempt: int) -> None:
@@ -464,7 +547,7 @@ class RedisBackend(ServiceEvents):
     async def release_run(self, run_id: str, attempt: int) -> None:
         """See ``Backend.release_run``: a fresh job entry, so a waiting worker takes it now."""
         job = await self._run("RELEASE_RUN", [keys.run_key(run_id)], [attempt])
-        await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
+        await self._add_job(run_id)
         await self._drop_job(job)
 
 

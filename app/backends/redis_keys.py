@@ -1,8 +1,10 @@
 """Every Redis key and channel name the service uses (arq style: one place).
 
 A run's keys share the hash tag ``{run_id}`` so per-run scripts stay single-slot on Redis
-Cluster. Global names (the job stream, the notify channel, tenant indexes, idempotency keys)
-are touched by separate commands, never inside a per-run script.
+Cluster; a run of a thread (``run_<hex>_thr_<hex>``) has the hash tag ``{thr_<hex>}`` of its
+thread instead, so a thread and all its runs sit in one slot and a thread script touches
+only that slot. Global names (the job stream, the notify channel, tenant indexes, run
+idempotency keys) are touched by separate commands, never inside a per-run script.
 
     al:{<run>}:run              hash    the RunRecord (values JSON) + attempt, last_seq, job,
                                         cancel, token
@@ -11,49 +13,86 @@ are touched by separate commands, never inside a per-run script.
     al:{<run>}:q:<kind>         list    waiting steer / follow_up messages (``<id>\\t<json>``)
     al:{<run>}:inflight:<kind>  list    taken, not yet injected
     al:{<run>}:taken            set     ids ever taken (withdraw answers 409 for these)
+    al:{<run>}:parked           hash    calls (JSON), deadline, expired: what a parked run
+                                        waits for (``app.backends.parking_base``)
+    al:{<run>}:decisions        hash    tool_call_id → decision JSON
+    al:parked                   zset    parked runs with an approval deadline, by deadline
+    al:{<thr>}:<run>:run, …     the same keys of a thread's run, in its thread's slot, plus
+    al:{<thr>}:<run>:input      list    the run's prompts (JSON messages), read at its start
+    al:{<thr>}:thread           hash    the thread: id, tenant, created_at, updated_at,
+                                        metadata (JSON), active_run, next_run ('' = none)
+    al:{<thr>}:msgs             list    the thread's history (JSON messages) of ended runs
+    al:{<thr>}:runs             list    the thread's run ids, oldest first
+    al:{<thr>}:idem:<key>       string  ``<body hash>|<outcome>`` of an Idempotency-Key
     al:tenant:<tenant>:runs     zset    run ids scored by created_at (listing, newest first)
+    al:tenant:<tenant>:threads  zset    thread ids scored by created_at
     al:idem:<tenant>:<key>      string  ``<body hash>|<run id>``
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
+    al:{workers}:<name>         string  present while the worker lives (PX lease, renewed by
+                                        its heartbeat); its pending jobs are taken once it lapses.
+                                        One hash tag for all, so one MGET reads them on a Cluster
     al:notify                   channel ``e:<run>`` new events, ``c:<run>`` cancel asked
+    al:{<run>}:notes            shard channel: the same notes on Redis Cluster (SPUBLISH), one
+                                per run, so only the processes following the run receive them
+
+On Redis Cluster ``al:jobs`` is one key on one master; redis_cluster.py says why.
 """
 
 from __future__ import annotations
 
 from app.queues import QueueKind
+from app.threads.ids import thread_of_run
 
 JOBS_STREAM = "al:jobs"
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
+PARKED_INDEX = "al:parked"
+
+
+def _prefix(run_id: str) -> str:
+    """``al:{<run>}:``, or ``al:{<thread>}:<run>:`` for a run of a thread (its slot)."""
+    thread = thread_of_run(run_id)
+    return f"al:{{{thread}}}:{run_id}:" if thread else f"al:{{{run_id}}}:"
 
 
 def run_key(run_id: str) -> str:
     """The run's record hash."""
-    return f"al:{{{run_id}}}:run"
+    return _prefix(run_id) + "run"
 
 
 def events_key(run_id: str) -> str:
     """The run's event stream."""
-    return f"al:{{{run_id}}}:events"
+    return _prefix(run_id) + "events"
 
 
 def checkpoint_key(run_id: str) -> str:
     """The run's checkpointed messages."""
-    return f"al:{{{run_id}}}:ckpt"
+    return _prefix(run_id) + "ckpt"
 
 
 def queue_key(run_id: str, kind: QueueKind) -> str:
     """Waiting messages of one queue."""
-    return f"al:{{{run_id}}}:q:{kind}"
+    return _prefix(run_id) + f"q:{kind}"
 
 
 def inflight_key(run_id: str, kind: QueueKind) -> str:
     """Taken, not yet injected messages of one queue."""
-    return f"al:{{{run_id}}}:inflight:{kind}"
+    return _prefix(run_id) + f"inflight:{kind}"
 
 
 def taken_key(run_id: str) -> str:
     """Ids of messages the loop took."""
-    return f"al:{{{run_id}}}:taken"
+    return _prefix(run_id) + "taken"
+
+
+def parked_key(run_id: str) -> str:
+    """What the parked run waits for."""
+    return _prefix(run_id) + "parked"
+
+
+def decisions_key(run_id: str) -> str:
+    """The answers given to a parked run."""
+    return _prefix(run_id) + "decisions"
 
 
 def queue_keys(run_id: str) -> list[str]:
@@ -64,7 +103,48 @@ def queue_keys(run_id: str) -> list[str]:
 
 def run_keys(run_id: str) -> list[str]:
     """All of a run's keys (expired together when it ends)."""
-    return [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id)]
+    found = [run_key(run_id), events_key(run_id), checkpoint_key(run_id), *queue_keys(run_id),
+             parked_key(run_id), decisions_key(run_id)]
+    return [*found, input_key(run_id)] if thread_of_run(run_id) else found
+
+
+def input_key(run_id: str) -> str:
+    """A thread run's prompts."""
+    return _prefix(run_id) + "input"
+
+
+def thread_run_keys(run_id: str) -> list[str]:
+    """The keys a thread script touches of one run, in the scripts' order: run, events, ckpt,
+    q steer, q follow_up, inflight steer, inflight follow_up, input."""
+    return [run_key(run_id), events_key(run_id), checkpoint_key(run_id),
+            queue_key(run_id, "steer"), queue_key(run_id, "follow_up"),
+            inflight_key(run_id, "steer"), inflight_key(run_id, "follow_up"), input_key(run_id)]
+
+
+def thread_key(thread_id: str, part: str) -> str:
+    """One key of a thread: ``thread``, ``msgs``, ``runs`` or ``idem:<key>``."""
+    return f"al:{{{thread_id}}}:{part}"
+
+
+def thread_keys(thread_id: str) -> list[str]:
+    """thread, msgs, runs (the thread scripts' first keys)."""
+    return [thread_key(thread_id, "thread"), thread_key(thread_id, "msgs"),
+            thread_key(thread_id, "runs")]
+
+
+def tenant_threads_key(tenant: str) -> str:
+    """The tenant's threads by creation time."""
+    return f"al:tenant:{tenant}:threads"
+
+
+def worker_key(worker: str) -> str:
+    """The worker's liveness key (one per worker, however many runs it holds)."""
+    return f"al:{{workers}}:{worker}"
+
+
+def notes_channel(run_id: str) -> str:
+    """The run's shard channel (Redis Cluster): its notes, in the run's slot."""
+    return f"al:{{{run_id}}}:notes"
 
 
 def tenant_runs_key(tenant: str) -> str:

@@ -61,7 +61,7 @@ def parse_note(data: bytes) -> tuple[str, str, int, list[StoredEvent] | None] | 
 class Notifier:
     """The listener task and the waiters it wakes (created lazily on first use)."""
 
-    def __init__(self, client: Redis, recheck: Callable[[str], Awaitable[bool]]) -> None:
+    def __init__(self, client: Redis | None, recheck: Callable[[str], Awaitable[bool]]) -> None:
         self._client = client
         self._recheck = recheck
         self._events: dict[str, asyncio.Event] = {}
@@ -84,6 +84,10 @@ class Notifier:
                 await self._ready.wait()
         except TimeoutError:
             pass  # Redis down: waiters fall back to their timeouts and flags
+
+    async def follow(self, run_id: str) -> None:
+        """Make sure notes about ``run_id`` reach this process (here: every note does)."""
+        await self.ensure_started()
 
     def events_waiter(self, run_id: str) -> asyncio.Event:
         """The event set when ``run_id`` gets new events (shared by its subscribers)."""
@@ -124,6 +128,7 @@ class Notifier:
             self._task = None
 
     async def _listen(self) -> None:
+        assert self._client is not None
         while True:
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
@@ -169,8 +174,11 @@ class Notifier:
         now = asyncio.get_running_loop().time()
         if now >= self._sweep_at:
             self._sweep_at = now + WATCH_TTL / 4
-            for stale in [r for r, t in self._watched.items() if now - t > WATCH_TTL]:
-                self._forget(stale)
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        for stale in [r for r, t in self._watched.items() if now - t > WATCH_TTL]:
+            self._forget(stale)
 
     def _forget(self, run_id: str) -> None:
         self._watched.pop(run_id, None)

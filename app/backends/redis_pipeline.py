@@ -59,7 +59,9 @@ class ScriptPipeline:
             async with self._client.pipeline(transaction=False) as pipe:
                 for script, keys, args, _ in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
-                results = await pipe.execute(raise_on_error=False)
+                self._after(pipe)
+                results = await self._settle(await pipe.execute(raise_on_error=False),
+                                             len(calls))
         except BaseException as exc:  # the connection failed: every call fails alike
             for *_, future in calls:
                 if not future.done():
@@ -78,6 +80,13 @@ class ScriptPipeline:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+    def _after(self, pipe: Any) -> None:
+        """Commands sent after the calls on the same connection (none here)."""
+
+    async def _settle(self, results: list[Any], calls: int) -> list[Any]:
+        """The ``calls`` results from the pipeline's (may raise: every call fails alike)."""
+        return results
 
     async def _direct(self, script: AsyncScript, keys: list[Any], args: list[Any],
                       future: asyncio.Future[Any]) -> None:

@@ -22,9 +22,17 @@ local function remove_id(key, id)
 end
 """
 
+_PUBLISH = """
+local function publish(channel, note)
+  if string.find(channel, '{', 1, true) then redis.call('SPUBLISH', channel, note)
+  else redis.call('PUBLISH', channel, note) end
+end
+"""
+"""A channel with a hash tag is a shard channel (Redis Cluster: the run's own, in its slot)."""
+
 # KEYS run, events, ckpt, inflight steer, inflight follow_up
 # ARGV attempt, token, n_events, n_ckpt, n_acks, n_fields, channel, note, then the items
-APPEND = _PRELUDE + """
+APPEND = _PRELUDE + _PUBLISH + """
 local token = ARGV[2]
 if token ~= '' and redis.call('HGET', run, 'token') == token then
   return tonumber(redis.call('HGET', run, 'last_seq'))
@@ -55,7 +63,7 @@ if token ~= '' then redis.call('HSET', run, 'token', token) end
 if ne > 0 then
   local note = ARGV[8] .. ':' .. first .. ':' .. seq
   if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
-  redis.call('PUBLISH', ARGV[7], note)
+  publish(ARGV[7], note)
 end
 return tonumber(redis.call('HGET', run, 'last_seq') or '0')
 """
@@ -67,10 +75,12 @@ return 1
 """
 
 # KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
-# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended.
+# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended
+# or is parked (a stale job entry of a run that parked).
 CLAIM = _PRELUDE + """
 local status = redis.call('HGET', run, 'status')
-if status == '"completed"' or status == '"failed"' or status == '"cancelled"' then return 0 end
+if status == '"completed"' or status == '"failed"' or status == '"cancelled"'
+  or status == '"requires_action"' then return 0 end
 local attempt = redis.call('HINCRBY', run, 'attempt', 1)
 redis.call('HSET', run, 'worker', ARGV[2], 'job', ARGV[3])
 for k = 0, 1 do
@@ -82,12 +92,6 @@ for k = 0, 1 do
   redis.call('DEL', KEYS[4 + k])
 end
 return attempt
-"""
-
-# KEYS run; ARGV '', worker (JSON). Returns the job entry id if this worker holds the run.
-HOLDS = _PRELUDE + """
-if redis.call('HGET', run, 'worker') == ARGV[2] then return redis.call('HGET', run, 'job') end
-return false
 """
 
 # KEYS run + every other key of the run; ARGV attempt, ttl seconds. Returns the job entry id.
@@ -144,8 +148,8 @@ return 1
 """
 
 # KEYS run; ARGV '', channel, note
-CANCEL = _PRELUDE + """
+CANCEL = _PRELUDE + _PUBLISH + """
 redis.call('HSET', run, 'cancel', '1')
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+publish(ARGV[2], ARGV[3])
 return 1
 """

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.approvals.gate import UNANSWERED, ApprovalGate, Decision, WaitingCall
 from app.events import (
     AgentEnd,
     AgentStart,
+    ApprovalRequested,
+    ClientToolRequested,
     Event,
     MessageEnd,
     MessageStart,
@@ -92,6 +95,8 @@ class LoopConfig:
     """How a nested ``runtime.exec(model=...)`` in a tool body resolves its model."""
     call_ids: set[str] | None = None
     """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""
+    gate: ApprovalGate | None = None
+    """Which picks wait for a person, and the answers so far (None: none ever waits)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,10 +108,49 @@ class LoopOutcome:
     result: str | None
     messages: list[Message]
     usage: Usage
+    parked: list[WaitingCall] = field(default_factory=list)
+    """Non-empty: the loop stopped to wait for these answers (no ``agent_end`` was sent); the
+    runner parks the run and continues it from the checkpoint once they arrive."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Resume:
+    """Where a run taken over from a lost worker stands (``app.resume`` reads it from the log).
+    The events of ``messages`` were written; the loop sends no ``agent_start``, continues an
+    open turn and counts ``rounds`` against ``max_iterations``."""
+
+    messages: list[Message]
+    """What the run had added (its checkpoint), already part of ``context``."""
+    rounds: int = 0
+    """Rounds already made (depth-0 ``turn_start``s written)."""
+    turn_open: bool = False
+    """The last of them has no ``turn_end``: the loop finishes that turn first."""
+
+
+def _last_reply(resume: Resume) -> AssistantMessage | None:
+    """The reply of the last round made, or None when that round's model call never ended."""
+    replies = [m for m in resume.messages if isinstance(m, AssistantMessage)]
+    if not replies or (resume.turn_open and len(replies) < resume.rounds):
+        return None
+    return replies[-1]
+
+
+def _results_after(context: list[Message], reply: AssistantMessage) -> list[ToolResultMessage]:
+    """The tool results that follow ``reply`` in the history (its turn's results)."""
+    at = max(i for i, m in enumerate(context) if m is reply)
+    return [m for m in context[at + 1:] if isinstance(m, ToolResultMessage)]
 
 
 class _Aborted(Exception):
     """Internal: the abort signal was seen between steps."""
+
+
+class _Parked(Exception):
+    """Internal: a turn's picks wait for a person and nobody can answer in-process."""
+
+    def __init__(self, calls: list[WaitingCall]) -> None:
+        super().__init__(f"{len(calls)} picks wait")
+        self.calls = calls
 
 
 class AgentLoop:
@@ -141,6 +185,8 @@ class AgentLoop:
         self.pending_msgs: list[Message] = []
         """Messages to inject before the next model call (prompts and taken queue messages)."""
         self.invalid_args: dict[str, str] = {}
+        self.reopened = False
+        """The next round continues the turn a lost attempt started (no new turn_start)."""
 
     def emit(self, event: Event) -> None:
         """Stamp depth and parent on nested events, then hand the event to the sink."""
@@ -149,16 +195,22 @@ class AgentLoop:
             event.parent_tool_call_id = self.cfg.parent_tool_call_id
         self._emit_raw(event)
 
-    async def run(self, prompts: list[Message], resume_from: list[Message] | None) -> LoopOutcome:
+    async def run(self, prompts: list[Message], resume: Resume | None) -> LoopOutcome:
         """The whole run; exactly one ``agent_end`` unless this task is cancelled."""
         try:
-            if resume_from is None:
+            if resume is None:
                 self.emit(AgentStart(model=self.cfg.model_label or self.cfg.model,
                                      tools=self.menu.names()))
             else:
-                self.added.extend(resume_from)
-                self.turn = sum(isinstance(m, AssistantMessage) for m in resume_from)
-            outcome = await self._run(prompts, resume=resume_from is not None)
+                self.added.extend(resume.messages)
+                self.rounds = self.turn = resume.rounds
+                for reply in resume.messages:  # a forced tool_choice honoured before stays reset
+                    if isinstance(reply, AssistantMessage):
+                        self._maybe_reset_choice(reply)
+            outcome = await self._run(prompts, resume)
+        except _Parked as parked:
+            outcome = self._outcome("stop", None)
+            outcome.parked = parked.calls
         except _Aborted:
             outcome = self._outcome(*self.abortable.stop_reason())
         except asyncio.CancelledError:
@@ -170,21 +222,23 @@ class AgentLoop:
         finally:
             self.abortable.close()
         await self._release_pending()  # taken but never injected: back to the queue
+        if outcome.parked:
+            return outcome
         self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
                            usage=outcome.usage, messages=list(outcome.messages)))
         return outcome
 
-    async def _run(self, prompts: list[Message], *, resume: bool) -> LoopOutcome:
-        if resume:  # a crash between a tool call and its result: run what has no result
-            resumed_calls = unanswered_calls(self.context)
-            if resumed_calls:
-                await self._execute(resumed_calls, None)
-        self.pending_msgs = list(prompts)
+    async def _run(self, prompts: list[Message], resume: Resume | None) -> LoopOutcome:
+        more_tools = True
+        if resume is not None:
+            more_tools, ended = await self._resume(resume)
+            if ended is not None:
+                return ended
+        self.pending_msgs = [*prompts, *self.pending_msgs]  # a steer taken while resuming
         await self._poll(self.steering, self.cfg.steering_mode)
         while True:
-            more_tools = True
             while more_tools or self.pending_msgs:
-                if self._cap_reached():
+                if not self.reopened and self._cap_reached():
                     return self._outcome("max_iterations", None)
                 message = await self._round()
                 if message.stop_reason in ("error", "aborted"):
@@ -200,15 +254,33 @@ class AgentLoop:
             if not self.pending_msgs:
                 return self._outcome("stop", None)
 
+    async def _resume(self, resume: Resume) -> tuple[bool, LoopOutcome | None]:
+        """Finish what the lost attempt left open, as the loop would have: ``(whether the
+        model is called next, the outcome when the run ends here)``."""
+        reply = _last_reply(resume)
+        if reply is None:  # no reply in this turn yet: its model call is made (again)
+            self.reopened = resume.turn_open
+            return True, None
+        if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
+            await self._execute(unanswered_calls(self.context), reply)
+            self.emit(TurnEnd(message=reply, tool_results=_results_after(self.context, reply)))
+        if reply.stop_reason in ("error", "aborted"):
+            return False, self._outcome(reply.stop_reason, reply.error_message)
+        self._check_abort()
+        return bool(reply.tool_calls()), None
+
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations
         return cap is not None and self.rounds >= max(1, cap)
 
     async def _round(self) -> AssistantMessage:
         self._check_abort()
-        self.turn += 1
-        self.rounds += 1
-        self.emit(TurnStart(turn=self.turn))
+        if self.reopened:  # the lost attempt's turn goes on: already started and counted
+            self.reopened = False
+        else:
+            self.turn += 1
+            self.rounds += 1
+            self.emit(TurnStart(turn=self.turn))
         await self._inject_pending()
         request = self._request()
         message, self.invalid_args = await stream_assistant(self.provider, request, self.emit,
@@ -240,6 +312,8 @@ class AgentLoop:
         """Run picks in order; after each, poll steering and skip the rest if any is queued."""
         results: list[ToolResultMessage] = []
         cut_off = message is not None and message.stop_reason == "length"
+        if self.cfg.gate is not None and not cut_off:
+            await self._wait_for_people(self.cfg.gate, calls)
         for call in calls:
             if self.abort.is_set():
                 results.append(self._skip(call, self._stopped_tool()))
@@ -248,11 +322,50 @@ class AgentLoop:
             elif cut_off:
                 results.append(self._skip(call, CUT_OFF_BY_LENGTH))
             else:
-                result = await self._run_one(call, self.invalid_args.get(call.id))
+                result = await self._run_decided(call)
                 results.append(self._finish_call(call, result))
                 if not self.abort.is_set():
                     await self._poll(self.steering, self.cfg.steering_mode)
         return results
+
+    async def _wait_for_people(self, gate: ApprovalGate, calls: list[ToolCall]) -> None:
+        """Ask for every waiting pick of the turn; park unless ``gate.ask`` answers here. A
+        steer already queued (or a cancel) skips the picks instead of waiting."""
+        waiting = gate.waiting(calls, self.menu)
+        if not waiting or self.abort.is_set():
+            return
+        await self._poll(self.steering, self.cfg.steering_mode)
+        if self.pending_msgs:
+            return
+        for call in waiting:
+            event = ApprovalRequested if call.kind == "approval" else ClientToolRequested
+            self.emit(event(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                            args=call.args))
+        if gate.ask is None:
+            raise _Parked(waiting)
+        for call in waiting:
+            gate.decisions[call.tool_call_id] = await gate.answer(call)
+
+    async def _run_decided(self, call: ToolCall) -> ToolResult:
+        """Run a pick as its answer says (approved picks with the edited arguments)."""
+        gate = self.cfg.gate
+        decision = gate.decision(call) if gate is not None else None
+        if decision is None and gate is not None and gate.kind_of(call, self.menu):
+            decision = Decision(kind="deny", note=UNANSWERED)  # never run unapproved
+        if decision is None:
+            return await self._run_one(call, self.invalid_args.get(call.id))
+        if decision.kind == "deny":
+            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                         args=call.arguments))
+            return decision.denial()
+        if decision.kind == "result":
+            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                         args=call.arguments))
+            return decision.result()
+        if decision.arguments is None:
+            return await self._run_one(call, self.invalid_args.get(call.id))
+        edited = ToolCall(id=call.id, name=call.name, arguments=decision.arguments)
+        return await self._run_one(edited, None)
 
     def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
         self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
@@ -366,12 +479,13 @@ async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,
                    context: list[Message], emit: Emit, prompts: list[Message] | None = None,
                    steering: MessageSource | None = None, follow_up: MessageSource | None = None,
                    abort: asyncio.Event | None = None,
-                   resume_from: list[Message] | None = None) -> LoopOutcome:
+                   resume: Resume | None = None) -> LoopOutcome:
     """Run the loop over ``context`` (extended in place) after injecting ``prompts``.
 
-    ``resume_from`` continues a crashed run: the messages it had already added (their events
-    were already emitted), so no ``agent_start`` is sent and unanswered tool calls run first.
+    ``resume`` continues a run another worker lost: no ``agent_start`` is sent, the open turn
+    is finished first (unanswered tool calls run, or the interrupted model call is made again)
+    and a run whose last reply was its final answer ends without calling the model again.
     """
     loop = AgentLoop(provider=provider, menu=menu, config=config, context=context, emit=emit,
                      steering=steering, follow_up=follow_up, abort=abort or asyncio.Event())
-    return await loop.run(list(prompts or []), resume_from)
+    return await loop.run(list(prompts or []), resume)

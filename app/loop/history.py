@@ -60,11 +60,12 @@ def _first_open(calls: list[ToolCall], answered: set[int], call_id: str) -> int 
 
 
 def unanswered_calls(messages: list[Message]) -> list[ToolCall]:
-    """Tool calls of the last assistant message that have no result yet (for resuming a run)."""
+    """Tool calls of the last assistant message that have no result yet (for resuming a run;
+    the calls of a reply cut off by its length limit too: each still needs its result)."""
     for i in range(len(messages) - 1, -1, -1):
         msg = messages[i]
         if isinstance(msg, AssistantMessage):
-            if msg.stop_reason in ("error", "aborted", "length"):
+            if msg.stop_reason in ("error", "aborted"):
                 return []
             calls = msg.tool_calls()
             answered: set[int] = set()

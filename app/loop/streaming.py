@@ -3,9 +3,9 @@
 ``stream_assistant`` emits ``message_start`` (an assistant message with empty content), one
 ``message_update`` per text/thinking/tool-call delta (deltas only), then ``message_end`` with the
 complete message. A provider that raises (``CancelledError`` included, when nobody cancelled
-the run), or whose stream ends without ``done``/``error``, gives a message with stop reason
-``error``; an abort closes the stream and gives ``aborted``; a run deadline that passes closes it
-and gives ``error`` saying so.
+the run; ``SystemExit`` or any other ``BaseException`` too), or whose stream ends without
+``done``/``error``, gives a message with stop reason ``error``; an abort closes the stream and
+gives ``aborted``; a run deadline that passes closes it and gives ``error`` saying so.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.events import Event, MessageEnd, MessageStart, MessageUpdate
+from app.loop.tool_exec import base_exception_text, stopping_for_real
 from providers.accumulate import Accumulator
 from providers.base import ModelRequest, Provider
 from providers.events import (
@@ -72,8 +73,8 @@ class Abortable:
         self.deadline = deadline
         self.expired = deadline is not None and deadline.at <= time.time()
         self.signal = abort if deadline is None else asyncio.Event()
-        if self.expired:  # already past (a resumed run): stop before the first step
-            self.signal.set()
+        if self.expired or abort.is_set():  # already past or cancelled: stop before the
+            self.signal.set()                  # first step (a resumed or woken run)
         self._current: asyncio.Future[Any] | None = None
         self._watcher = asyncio.ensure_future(self._watch())
 
@@ -174,10 +175,28 @@ async def _consume(provider: Provider, request: ModelRequest, acc: Accumulator,
     except Exception as exc:  # a provider bug: the contract says it never raises
         log.warning("provider %s raised: %r", provider.name, exc)
         acc.fail(f"provider error: {type(exc).__name__}: {exc}")
+    except BaseException as exc:  # SystemExit & co. would stop the worker's event loop
+        if stopping_for_real(exc):
+            raise
+        log.warning("provider %s raised %s", provider.name, type(exc).__name__)
+        acc.fail(f"provider error: {base_exception_text(exc)}")
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await _close(stream)
+
+
+async def _close(stream: object) -> None:
+    """Close the provider's stream; a failure closing it changes nothing of the message."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        if stopping_for_real(exc):
+            raise
+        log.warning("closing the provider stream raised %s", type(exc).__name__)
 
 
 def _delta(event: ProviderEvent, acc: Accumulator) -> dict[str, Any] | None:

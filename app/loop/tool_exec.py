@@ -3,7 +3,9 @@
 Every failure is data: ``run_tool`` returns a ``ToolResult`` with ``is_error`` set and a sentence
 the model can act on; it raises only ``asyncio.CancelledError`` when its own task is cancelled
 (a ``CancelledError`` the tool body raises while nobody cancelled the call is a failure like any
-other).
+other). Any other ``BaseException`` from a tool body (``SystemExit`` from an ``argparse``/
+``click`` call, ``KeyboardInterrupt``, ``GeneratorExit``) is a failure too: left to escape, it
+would stop the event loop, and with it the whole worker process and every run on it.
 """
 
 from __future__ import annotations
@@ -100,5 +102,28 @@ async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_time
     except Exception as exc:
         log.debug("tool %s raised", call.name, exc_info=True)
         return ToolResult.text(str(exc) or type(exc).__name__, is_error=True)
+    except BaseException as exc:
+        if stopping_for_real(exc):
+            raise
+        log.warning("tool %s raised %s", call.name, type(exc).__name__)
+        return ToolResult.text(f"Tool {call.name} failed: its code raised "
+                               f"{base_exception_text(exc)}", is_error=True)
     result.content = cap_content(result.content, max_chars)
     return result
+
+
+def stopping_for_real(exc: BaseException) -> bool:
+    """Whether ``exc`` must propagate: a ``GeneratorExit`` thrown into this coroutine because
+    it is being closed (no task is running it) — anything else from user code is a failure."""
+    if not isinstance(exc, GeneratorExit):
+        return False
+    try:
+        return asyncio.current_task() is None
+    except RuntimeError:  # no running loop: the coroutine is being garbage-collected
+        return True
+
+
+def base_exception_text(exc: BaseException) -> str:
+    """``SystemExit(2)`` etc. as a sentence fragment the model can read."""
+    detail = f" ({exc})" if str(exc) else ""
+    return f"{type(exc).__name__}{detail} (the service caught it; the run goes on)"

@@ -38,6 +38,8 @@ async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
         position = await svc.backend.enqueue(run_id, kind, item)
         await svc.backend.append_service_event(run_id, MessageQueued(message_id=item.id,
                                                                      kind=kind))
+        if kind == "steer":  # a parked run goes on with the steer (its picks skipped)
+            await svc.backend.wake(run_id)
     metrics.QUEUE_DEPTH.labels(kind=kind).inc()
     return Queued(message_id=item.id, kind=kind, position=position)
 

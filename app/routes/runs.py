@@ -18,6 +18,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import WithJsonSchema
 
 from app import metrics
+from app.approvals.requests import check_hitl
 from app.backends.base import TERMINAL, RunRecord
 from app.errors import ApiError, documented
 from app.events import RunCreated
@@ -36,7 +37,7 @@ from app.schemas import CreateRun, Run, RunList
 from app.services import Services
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
 IDEMPOTENCY_KEY_MAX = 255
 """Longest ``Idempotency-Key`` accepted (it becomes part of a store key)."""
 
@@ -46,7 +47,8 @@ def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
 
 
-def _check_idempotency_key(key: str | None) -> None:
+def check_idempotency_key(key: str | None) -> None:
+    """422 for an ``Idempotency-Key`` longer than ``IDEMPOTENCY_KEY_MAX``."""
     if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
         raise ApiError(422, "validation_error", f"Idempotency-Key: at most "
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
@@ -59,13 +61,23 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
                      idempotency_key: Annotated[str | None, Header(
                          json_schema_extra={"maxLength": IDEMPOTENCY_KEY_MAX})] = None) -> Run:
-    """Start a run; it proceeds on a worker while this returns."""
-    _check_idempotency_key(idempotency_key)
+    """Start a run; it proceeds on a worker while this returns. With ``thread_id``: the same
+    as ``POST /threads/{thread_id}/runs``."""
+    if body.thread_id is not None:
+        from app.routes.threads import answer_post
+
+        return await answer_post(svc, who.tenant, body.thread_id, body, response,
+                                 idempotency_key)
+    if body.multitask is not None:
+        raise ApiError(422, "validation_error", "multitask: only with thread_id", "multitask")
+    check_idempotency_key(idempotency_key)
     model = body.model or svc.default_model
     check_model(model, svc.resolve_provider)
     check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
                 env=svc.env)
     check_timeout(body, svc.settings.run_timeout)
+    check_hitl(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
+               env=svc.env)
     record = RunRecord(id=new_run_id(), tenant=who.tenant, model=model,
                        created_at=time.time(), metadata=dict(body.metadata),
                        request=stored_request(body, model))
@@ -143,8 +155,9 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 @router.post("/runs/{run_id}/cancel", status_code=202, response_model=Run,
              operation_id="cancelRun", responses=documented(401, 404, 413, 415, 503))
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
-    """Abort the run (idempotent; a no-op once it has ended)."""
+    """Abort the run (idempotent; a no-op once it has ended). A parked run is woken to end."""
     record = await load_run(svc.backend, run_id, who.tenant)
     if record.status not in TERMINAL:
         await svc.backend.request_cancel(run_id)
+        await svc.backend.wake(run_id)
     return _with_token(await run_object(svc.backend, record), svc, who.tenant)

@@ -25,6 +25,17 @@ OPERATIONS = {
     ("post", "/runs/{run_id}/cancel"): "cancelRun", ("get", "/tools"): "listTools",
     ("get", "/healthz"): "getHealth", ("get", "/readyz"): "getReadiness",
     ("get", "/metrics"): "getMetrics",
+    ("post", "/threads"): "createThread", ("get", "/threads"): "listThreads",
+    ("get", "/threads/{thread_id}"): "getThread",
+    ("delete", "/threads/{thread_id}"): "deleteThread",
+    ("post", "/threads/{thread_id}/runs"): "createThreadRun",
+    ("get", "/threads/{thread_id}/events"): "streamThreadEvents",
+    ("post", "/runs/{run_id}/approvals"): "submitApproval",
+    ("post", "/runs/{run_id}/tool_results"): "submitToolResult",
+    ("post", "/ai-sdk/chat"): "aiSdkChat",
+    ("get", "/ai-sdk/chat/{chat_id}/stream"): "aiSdkResumeChat",
+    ("post", "/ag-ui"): "agUiRunAgent",
+    ("get", "/ag-ui/threads/{thread_id}/stream"): "agUiReconnect",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",
@@ -82,8 +93,8 @@ async def test_types_formats_and_enums(api_no_worker: Api) -> None:
     assert run["created_at"] == {"type": "string", "format": "date-time", "title": "Created At"}
     assert {"type": "string", "format": "date-time"} in run["ended_at"]["anyOf"]
     assert run["status"] == {"$ref": "#/components/schemas/RunStatus"}
-    assert schema_of(doc, "RunStatus")["enum"] == ["queued", "running", "completed", "failed",
-                                                   "cancelled"]
+    assert schema_of(doc, "RunStatus")["enum"] == ["queued", "running", "requires_action",
+                                                   "completed", "failed", "cancelled"]
     assert schema_of(doc, "RunStopReason")["enum"] == ["stop", "max_iterations", "error",
                                                        "aborted"]
     assert run["usage"] == {"$ref": "#/components/schemas/Usage"}

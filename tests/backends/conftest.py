@@ -1,4 +1,5 @@
-"""The contract suite runs every test against both backends (``backend`` fixture)."""
+"""The contract suite runs every test against every backend (``backend`` fixture): memory,
+one Redis, and a Redis Cluster of 3 masters and 3 replicas."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ __all__ = ["redis_server_url", "redis_url"]
 LEASE = 1.0
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    b = make_backend(url, lease=LEASE, run_ttl=3600)
+    url = {"memory": None, "redis": "redis_url", "cluster": "cluster_url"}[request.param]
+    b = make_backend(url and request.getfixturevalue(url), lease=LEASE, run_ttl=3600,
+                     **({"cluster": True} if request.param == "cluster" else {}))
     await b.start()
     try:
         yield b

@@ -21,7 +21,7 @@ async def test_heartbeat_keeps_the_lease_and_lapse_hands_over(backend: Backend) 
     claim = await created_and_claimed(backend)
     for _ in range(4):  # 1.2 s > lease, kept alive by heartbeats
         await asyncio.sleep(LEASE * 0.3)
-        await backend.heartbeat("w1", [claim.run_id])
+        await backend.heartbeat("w1")
     assert await backend.claim("w2", timeout=0.1) is None
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -29,7 +29,7 @@ async def test_heartbeat_keeps_the_lease_and_lapse_hands_over(backend: Backend) 
     assert taken is not None and taken.run_id == claim.run_id
     assert taken.attempt == 2 and taken.resumed
     assert loop.time() - t0 < LEASE * 1.5
-    await backend.heartbeat("w1", [claim.run_id])  # the stale worker cannot take it back
+    await backend.heartbeat("w1")  # the stale worker cannot take it back
     rec = await backend.get_run(claim.run_id)
     assert rec is not None and rec.worker == "w2"
 

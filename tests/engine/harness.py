@@ -32,7 +32,8 @@ async def worker(backend: Backend, resolve: Callable[[str], tuple[Provider, str]
                  **options: Any) -> AsyncIterator[Worker]:
     stop = asyncio.Event()
     options.setdefault("lease", 2.0)
-    w = Worker(backend, resolve, registry=scripted.registry(), **options)
+    options.setdefault("registry", scripted.registry())
+    w = Worker(backend, resolve, **options)
     task = asyncio.create_task(w.run(stop))
     try:
         yield w

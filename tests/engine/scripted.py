@@ -29,8 +29,14 @@ def mark(n: int) -> str:
 
 @function(register=False)
 async def nap(seconds: float) -> str:
-    """Sleep, then answer."""
-    await asyncio.sleep(seconds)
+    """Sleep, then answer; with AGENTLOOP_TEST_GATE set, wait until that file exists instead
+    (a crash test opens the gate when it is ready, rather than guessing a duration)."""
+    gate = os.environ.get("AGENTLOOP_TEST_GATE")
+    if gate:
+        while not await asyncio.to_thread(os.path.exists, gate):
+            await asyncio.sleep(0.02)
+    else:
+        await asyncio.sleep(seconds)
     CALLS.append("nap")
     return "rested"
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app import runtime
-from app.events import Event
-from app.loop import LoopConfig, run_loop
+from app.events import Event, TurnEnd
+from app.loop import LoopConfig, Resume, run_loop
 from providers import fake
 from providers.fake import FakeProvider
 from providers.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
@@ -112,11 +112,14 @@ async def test_resume_runs_only_the_unanswered_calls_and_sends_no_agent_start() 
     events: list[Event] = []
     out = await run_loop(provider=p, menu=build_menu(registry=registry_with(count)),
                          config=LoopConfig(model="m"), context=list(done), emit=events.append,
-                         resume_from=done[1:])
+                         resume=Resume(messages=done, rounds=1, turn_open=True))
     assert ran == [2]
-    assert events[0].type == "tool_execution_start"
-    assert "agent_start" not in [e.type for e in events]
-    assert out.result == "resumed" and len(out.messages) == 4
+    types = [e.type for e in events]
+    assert types[0] == "tool_execution_start" and "agent_start" not in types
+    assert types.count("turn_start") == 1 and types.count("turn_end") == 2  # its own turn ends
+    turn_end = next(e for e in events if isinstance(e, TurnEnd))
+    assert [r.tool_call_id for r in turn_end.tool_results] == ["a", "b"]
+    assert out.result == "resumed" and len(out.messages) == 5
 
 
 async def test_deferred_tools_are_loaded_by_tool_search_for_the_next_round() -> None:
@@ -153,3 +156,20 @@ async def test_arguments_that_are_not_json_become_an_error_result() -> None:
     out = await runtime.exec("x", provider=p, tools=["rt_echo"])
     result = next(m for m in out.messages if isinstance(m, ToolResultMessage))
     assert result.is_error and result.content[0].text.startswith("Invalid arguments: ")
+
+
+async def test_a_forced_tool_choice_honoured_before_a_resume_is_not_forced_again() -> None:
+    @function(register=False)
+    def count(n: int) -> int:
+        """Counts."""
+        return n
+
+    done = [UserMessage(content="go"),
+            AssistantMessage(content=[ToolCall(id="a", name="count", arguments={"n": 1})],
+                             stop_reason="tool_use"),
+            ToolResultMessage(tool_call_id="a", tool_name="count")]
+    p = FakeProvider([fake.text("resumed")])
+    await run_loop(provider=p, menu=build_menu(registry=registry_with(count)),
+                   config=LoopConfig(model="m", tool_choice="required"), context=list(done),
+                   emit=lambda e: None, resume=Resume(messages=done, rounds=1))
+    assert [r.tool_choice for r in p.requests] == ["auto"]

@@ -25,7 +25,8 @@ from providers._sse import SSEDecoder, SSEEvent
 
 @dataclass
 class Frame:
-    id: int | None
+    id: int | str | None
+    """The seq of a run's event; a thread stream's ``<n>-<seq>`` stays text."""
     event: str
     data: dict[str, Any]
     raw: str
@@ -63,7 +64,10 @@ class SSEStream:
         if event.id is not None:
             self.last_event_id = event.id
         data = json.loads(event.data) if event.data else {}
-        return Frame(int(event.id) if event.id else None, event.event, data, event.data)
+        frame_id = event.id or None
+        if frame_id is not None and frame_id.isdigit():
+            return Frame(int(frame_id), event.event, data, event.data)
+        return Frame(frame_id, event.event, data, event.data)
 
 
 @asynccontextmanager

@@ -1,0 +1,313 @@
+"""Threads for the in-process backend (a mixin of ``MemoryBackend``).
+
+Each operation runs without an ``await`` between its reads and writes, so on one event loop it
+is as atomic as the Redis backend's scripts. A thread's history and run inputs are JSON bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from app.backends.base import (
+    TERMINAL,
+    IdempotencyConflict,
+    RunRecord,
+    first_event_body,
+    now,
+    with_seq,
+)
+from app.backends.base import StoredEvent as _Stored
+from app.events import MessageQueued, RunCreated, encode_event_body, json_bytes, utc_now
+from app.queues import QueuedMessage, QueueKind
+from app.threads.ids import new_thread_run_id, thread_of_run
+from app.threads.model import (
+    PostOutcome,
+    ThreadNotFound,
+    ThreadPage,
+    ThreadPost,
+    ThreadRecord,
+    parse_thread_cursor,
+    successor,
+    thread_cursor,
+    thread_matches,
+)
+from app.threads.store import DEFAULT_THREAD_TTL
+from providers.messages import UserMessage, message_adapter
+
+if TYPE_CHECKING:
+    from app.backends.memory import _RunState
+
+QUEUED_ACTION = {"enqueue": "queued", "steer": "steered", "interrupt": "interrupted"}
+LEFTOVER_ORDER: tuple[tuple[str, QueueKind], ...] = (
+    ("inflight", "steer"), ("queue", "steer"), ("inflight", "follow_up"), ("queue", "follow_up"))
+"""The order messages a run never took are carried into the next run."""
+
+
+class _Thread:
+    __slots__ = ("changed", "expires", "idem", "inputs", "msgs", "record")
+
+    def __init__(self, record: ThreadRecord) -> None:
+        self.record = record
+        self.msgs: list[bytes] = []
+        self.inputs: dict[str, list[bytes]] = {}
+        self.idem: dict[str, str] = {}
+        self.expires: float | None = None
+        self.changed = asyncio.Event()
+
+
+class MemoryThreads:
+    """See the module docstring (and ``app.threads.store.ThreadStore``)."""
+
+    thread_ttl: float = DEFAULT_THREAD_TTL
+    _runs: dict[str, RunRecord]
+    _state: dict[str, _RunState]
+    _cancelled: set[str]
+
+    def _record(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _push_job(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def _cancel_event(self, run_id: str) -> asyncio.Event:
+        raise NotImplementedError
+
+    @property
+    def _threads(self) -> dict[str, _Thread]:
+        found: dict[str, _Thread] | None = self.__dict__.get("_threads_")
+        if found is None:
+            found = self.__dict__["_threads_"] = {}
+        return found
+
+    async def create_thread(self, record: ThreadRecord) -> None:
+        """See ``ThreadStore.create_thread``."""
+        thread = self._threads[record.id] = _Thread(_copy(record))
+        self._touch(thread)
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """See ``ThreadStore.get_thread``."""
+        thread = self._thread(thread_id)
+        return _copy(thread.record) if thread else None
+
+    async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
+                           limit: int, cursor: str | None) -> ThreadPage:
+        """See ``ThreadStore.list_threads``."""
+        found = [t.record for t in list(self._threads.values())
+                 if t.record.tenant == tenant and self._thread(t.record.id) is not None]
+        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        after = parse_thread_cursor(cursor)
+        page = [_copy(r) for r in found if (after is None or (r.created_at, r.id) < after)
+                and thread_matches(r, status, metadata)][:limit + 1]
+        more = len(page) > limit
+        page = page[:limit]
+        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """See ``ThreadStore.delete_thread``."""
+        thread = self._threads.pop(thread_id, None)
+        if thread is None:
+            return
+        if thread.record.active_run:
+            self._cancel_run(thread.record.active_run)
+        waiting = self._record(thread.record.next_run or "")
+        if waiting is not None:
+            waiting.status, waiting.stop_reason, waiting.ended_at = "cancelled", "aborted", now()
+            waiting.error = "the thread was deleted"
+        _wake(thread)
+
+    async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
+        """See ``ThreadStore.thread_messages``."""
+        thread = self._thread(thread_id)
+        if thread is None:
+            return []
+        out = list(thread.msgs)
+        active = thread.record.active_run
+        if active:
+            state = self._state.get(active)
+            out += (state.ckpt if state and state.ckpt else thread.inputs.get(active, []))
+        return [orjson.loads(m) for m in out]
+
+    async def thread_run_inputs(self, run_id: str) -> tuple[list[dict[str, Any]],
+                                                             list[dict[str, Any]]]:
+        """See ``ThreadStore.thread_run_inputs``."""
+        thread = self._thread(thread_of_run(run_id) or "")
+        if thread is None:
+            return [], []
+        return ([orjson.loads(m) for m in thread.msgs],
+                [orjson.loads(m) for m in thread.inputs.get(run_id, [])])
+
+    async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
+        """See ``ThreadStore.post_thread_run``."""
+        thread = self._thread(thread_id)
+        if thread is None or thread.record.tenant != post.tenant:
+            raise ThreadNotFound(thread_id)
+        key = post.idempotency_key
+        if key is not None and key in thread.idem:
+            digest, outcome = PostOutcome.decode(thread.idem[key])
+            if digest != post.request_hash:
+                raise IdempotencyConflict(key)
+            return outcome
+        self._settle_now(thread)
+        outcome = self._post_now(thread, post)
+        if key is not None and outcome.action != "rejected":
+            thread.idem[key] = outcome.encode(post.request_hash)
+        self._touch(thread)
+        return outcome
+
+    async def settle_thread(self, thread_id: str) -> str | None:
+        """See ``ThreadStore.settle_thread``."""
+        thread = self._thread(thread_id)
+        if thread is None:
+            return None
+        started = self._settle_now(thread)
+        self._touch(thread)
+        return started
+
+    async def wait_thread(self, thread_id: str, runs: int,
+                          timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
+        """See ``ThreadStore.wait_thread``."""
+        thread = self._thread(thread_id)
+        if thread is not None and len(thread.record.runs) <= runs:
+            try:
+                async with asyncio.timeout(timeout):
+                    await thread.changed.wait()
+            except TimeoutError:
+                pass
+        return await self.get_thread(thread_id)
+
+    # -- the atomic steps ---------------------------------------------------------------
+    def _post_now(self, thread: _Thread, post: ThreadPost) -> PostOutcome:
+        rec = thread.record
+        ids = list(post.message_ids)
+        if rec.active_run is None:
+            self._new_run(thread, post, dispatch=True)
+            rec.active_run = post.candidate.id
+            return PostOutcome(action="started", run_id=rec.active_run, queued=False,
+                               message_ids=ids)
+        if post.multitask == "reject":
+            return PostOutcome(action="rejected", run_id=rec.active_run, queued=False,
+                               message_ids=[])
+        action: Any = QUEUED_ACTION[post.multitask]
+        if rec.next_run:
+            thread.inputs.setdefault(rec.next_run, []).extend(post.prompts)
+            return PostOutcome(action=action, run_id=rec.next_run, queued=True, message_ids=ids)
+        if post.multitask == "interrupt":
+            self._cancel_run(rec.active_run)
+            self._new_run(thread, post, dispatch=False)
+            rec.next_run = post.candidate.id
+            return PostOutcome(action=action, run_id=rec.next_run, queued=False, message_ids=ids)
+        kind: QueueKind = "steer" if post.multitask == "steer" else "follow_up"
+        queue = self._state[rec.active_run].queues[kind]
+        for message_id, raw in zip(post.message_ids, post.prompts, strict=True):
+            queue.append(QueuedMessage(id=message_id, message=_user(raw)))
+            self._log(rec.active_run, MessageQueued(message_id=message_id, kind=kind))
+        return PostOutcome(action=action, run_id=rec.active_run, queued=True, message_ids=ids,
+                           in_queue=True)
+
+    def _settle_now(self, thread: _Thread) -> str | None:
+        rec = thread.record
+        if rec.active_run is None:
+            return None
+        ended = self._record(rec.active_run)
+        if ended is not None and ended.status not in TERMINAL:
+            return None
+        state = self._state.get(rec.active_run)
+        thread.msgs += state.ckpt if state and state.ckpt else thread.inputs.get(
+            rec.active_run, [])
+        left = _leftovers(state) if state is not None else []
+        start = rec.next_run
+        if start:
+            thread.inputs[start] = left + thread.inputs.get(start, [])
+        elif left and ended is not None:
+            start = new_thread_run_id(rec.id)
+            self._store_run(thread, successor(ended, start, now()), left)
+        rec.active_run, rec.next_run, rec.updated_at = start, None, now()
+        if start:
+            self._push_job(start)
+        _wake(thread)
+        return start
+
+    def _new_run(self, thread: _Thread, post: ThreadPost, *, dispatch: bool) -> None:
+        self._store_run(thread, post.candidate, list(post.prompts), post)
+        if dispatch:
+            self._push_job(post.candidate.id)
+
+    def _store_run(self, thread: _Thread, record: RunRecord, prompts: list[bytes],
+                   post: ThreadPost | None = None) -> None:
+        from app.backends.memory import _RunState
+
+        state = self._state[record.id] = _RunState()
+        event = post.first_event if post else RunCreated(model=record.model)
+        record.last_seq = 1
+        state.events.append(_Stored(1, *first_event_body(record.id, event)))
+        self._runs[record.id] = _copy_run(record)
+        thread.inputs[record.id] = prompts
+        thread.record.runs.append(record.id)
+        thread.record.updated_at = now()
+        _wake(thread)
+
+    def _log(self, run_id: str, event: MessageQueued) -> None:
+        """Append a service event to the run's log in the same step (never after its end)."""
+        record, state = self._runs[run_id], self._state[run_id]
+        record.last_seq += 1
+        body = encode_event_body(event, run_id=run_id, ts=utc_now())
+        state.events.append(_Stored(record.last_seq, event.type, with_seq(record.last_seq, body)))
+        state.waiter.set()
+        state.waiter = asyncio.Event()
+
+    def _cancel_run(self, run_id: str) -> None:
+        self._cancelled.add(run_id)
+        self._cancel_event(run_id).set()
+
+    def _thread(self, thread_id: str) -> _Thread | None:
+        thread = self._threads.get(thread_id)
+        if thread is not None and thread.expires is not None and thread.expires < now():
+            del self._threads[thread_id]
+            return None
+        return thread
+
+    def _touch(self, thread: _Thread) -> None:
+        """Activity: an idle thread expires ``thread_ttl`` s from now, a busy one never."""
+        busy = thread.record.active_run is not None
+        thread.expires = None if busy else now() + self.thread_ttl
+
+
+def _leftovers(state: _RunState) -> list[bytes]:
+    """Messages the run never took (or took and never injected), emptied out of its queues."""
+    out: list[bytes] = []
+    for where, kind in LEFTOVER_ORDER:
+        items = state.inflight[kind] if where == "inflight" else state.queues[kind]
+        out += [json_bytes(q.message) for q in items]
+        if where == "inflight":
+            state.inflight[kind] = []
+        else:
+            state.queues[kind] = deque()
+    return out
+
+
+def _user(raw: bytes) -> UserMessage:
+    message = message_adapter.validate_json(raw)
+    assert isinstance(message, UserMessage)
+    return message
+
+
+def _wake(thread: _Thread) -> None:
+    thread.changed.set()
+    thread.changed = asyncio.Event()
+
+
+def _copy(record: ThreadRecord) -> ThreadRecord:
+    return ThreadRecord(id=record.id, tenant=record.tenant, created_at=record.created_at,
+                        updated_at=record.updated_at, metadata=dict(record.metadata),
+                        active_run=record.active_run, next_run=record.next_run,
+                        runs=list(record.runs))
+
+
+def _copy_run(record: RunRecord) -> RunRecord:
+    from dataclasses import replace
+
+    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))

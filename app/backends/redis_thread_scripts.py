@@ -1,0 +1,163 @@
+"""The Lua scripts of threads: each one atomic step on one thread and its runs (one slot).
+
+Every key is passed in ``KEYS`` (names from ``redis_keys``): the thread, its history, its run
+list, then eight keys per run role (``redis_keys.thread_run_keys``: run, events, ckpt, q steer,
+q follow_up, inflight steer, inflight follow_up, input). The caller reads the thread's
+``active_run``/``next_run`` first and passes them as expected (``ARGV[1]``, ``ARGV[2]``);
+a thread that changed meanwhile answers ``stale`` and the caller reads again.
+Hash values of runs are JSON (a status compares as ``'"completed"'``); queue entries are
+``<id>\\t<json>``.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local T, MSGS, RUNS = KEYS[1], KEYS[2], KEYS[3]
+local function rk(role, i) return KEYS[3 + role * 8 + i] end
+local function terminal(s)
+  return s == '"completed"' or s == '"failed"' or s == '"cancelled"'
+end
+local function body_of(v) return string.match(v, '^[^\\t]*\\t(.*)$') end
+local function check(expect_active, expect_next)
+  if redis.call('EXISTS', T) == 0 then return 'gone' end
+  local active = redis.call('HGET', T, 'active_run') or ''
+  local nxt = redis.call('HGET', T, 'next_run') or ''
+  if active ~= expect_active or nxt ~= expect_next then return 'stale' end
+  return false
+end
+local function create_run(role, id, event, fstart, nfields, istart, ninputs)
+  local fields = {}
+  for j = fstart, fstart + nfields * 2 - 1 do fields[#fields + 1] = ARGV[j] end
+  redis.call('HSET', rk(role, 1), unpack(fields))
+  redis.call('XADD', rk(role, 2), '1-0', 't', 'run_created', 'd', event)
+  for j = istart, istart + ninputs - 1 do redis.call('RPUSH', rk(role, 8), ARGV[j]) end
+  redis.call('RPUSH', RUNS, id)
+end
+local function keep(ttl)
+  if (redis.call('HGET', T, 'active_run') or '') == '' then
+    for _, k in ipairs({T, MSGS, RUNS}) do redis.call('EXPIRE', k, ttl) end
+  else
+    for _, k in ipairs({T, MSGS, RUNS}) do redis.call('PERSIST', k) end
+  end
+end
+"""
+
+# KEYS thread, msgs, runs, A(8) ended run, N(8) waiting run, S(8) successor
+# ARGV expected active, expected next, S id, now, ttl, channel, thread id, S run_created
+#      data, n S fields, S field pairs
+SETTLE = _PRELUDE + """
+local bad = check(ARGV[1], ARGV[2])
+if bad then return {bad, ''} end
+local active, nxt = ARGV[1], ARGV[2]
+if active == '' then return {'idle', ''} end
+local status = redis.call('HGET', rk(0, 1), 'status')
+if status and not terminal(status) then return {'busy', ''} end
+local added = redis.call('LRANGE', rk(0, 3), 0, -1)
+if #added == 0 then added = redis.call('LRANGE', rk(0, 8), 0, -1) end
+for _, m in ipairs(added) do redis.call('RPUSH', MSGS, m) end
+local left = {}
+for _, i in ipairs({6, 4, 7, 5}) do
+  for _, v in ipairs(redis.call('LRANGE', rk(0, i), 0, -1)) do left[#left + 1] = body_of(v) end
+  redis.call('DEL', rk(0, i))
+end
+local start = ''
+if nxt ~= '' then
+  for j = #left, 1, -1 do redis.call('LPUSH', rk(1, 8), left[j]) end
+  start = nxt
+elseif #left > 0 and status then
+  start = ARGV[3]
+  create_run(2, start, ARGV[8], 10, tonumber(ARGV[9]), 1, 0)
+  for _, m in ipairs(left) do redis.call('RPUSH', rk(2, 8), m) end
+end
+redis.call('HSET', T, 'active_run', start, 'next_run', '', 'updated_at', ARGV[4])
+keep(ARGV[5])
+redis.call('PUBLISH', ARGV[6], 'e:' .. ARGV[7])
+return {'ok', start}
+"""
+
+# KEYS thread, msgs, runs, A(8) active run, N(8) waiting run, C(8) candidate, idem key
+# ARGV expected active, expected next, tenant, policy, idem hash ('' none), ttl, now,
+#      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
+#      then the prompts (JSON), their message ids, the C field pairs
+POST = _PRELUDE + """
+if redis.call('EXISTS', T) == 0 or redis.call('HGET', T, 'tenant') ~= ARGV[3] then
+  return {'gone', ''}
+end
+local IDEM = KEYS[28]
+if ARGV[5] ~= '' then
+  local seen = redis.call('GET', IDEM)
+  if seen then return {'repeat', seen} end
+end
+local bad = check(ARGV[1], ARGV[2])
+if bad then return {bad, ''} end
+local active, nxt, policy = ARGV[1], ARGV[2], ARGV[4]
+if active ~= '' then
+  local status = redis.call('HGET', rk(0, 1), 'status')
+  if not status or terminal(status) then return {'ended', ''} end
+end
+local n, nf = tonumber(ARGV[13]), tonumber(ARGV[14])
+local pstart, istart, fstart = 15, 15 + n, 15 + 2 * n
+local ids = {}
+for j = istart, istart + n - 1 do ids[#ids + 1] = ARGV[j] end
+ids = table.concat(ids, ',')
+local names = {enqueue = 'queued', steer = 'steered', interrupt = 'interrupted'}
+local outcome
+local function start_candidate()
+  create_run(2, ARGV[10], ARGV[11], fstart, nf, pstart, n)
+  redis.call('PUBLISH', ARGV[8], 'e:' .. ARGV[9])
+end
+if active == '' then
+  start_candidate()
+  redis.call('HSET', T, 'active_run', ARGV[10])
+  outcome = 'started|' .. ARGV[10] .. '|00|' .. ids
+elseif policy == 'reject' then
+  return {'busy', active}
+elseif nxt ~= '' then
+  for j = pstart, pstart + n - 1 do redis.call('RPUSH', rk(1, 8), ARGV[j]) end
+  outcome = names[policy] .. '|' .. nxt .. '|10|' .. ids
+elseif policy == 'interrupt' then
+  redis.call('HSET', rk(0, 1), 'cancel', '1')
+  redis.call('PUBLISH', ARGV[8], 'c:' .. active)
+  start_candidate()
+  redis.call('HSET', T, 'next_run', ARGV[10])
+  outcome = 'interrupted|' .. ARGV[10] .. '|00|' .. ids
+else
+  local kind, q = 'follow_up', rk(0, 5)
+  if policy == 'steer' then kind, q = 'steer', rk(0, 4) end
+  for j = 0, n - 1 do
+    local id = ARGV[istart + j]
+    redis.call('RPUSH', q, id .. '\\t' .. ARGV[pstart + j])
+    local seq = redis.call('HINCRBY', rk(0, 1), 'last_seq', 1)
+    local data = '{"seq":' .. seq .. ',"run_id":"' .. active .. '","ts":"' .. ARGV[12] ..
+      '","type":"message_queued","message_id":"' .. id .. '","kind":"' .. kind ..
+      '","depth":0}'
+    redis.call('XADD', rk(0, 2), seq .. '-0', 't', 'message_queued', 'd', data)
+    redis.call('PUBLISH', ARGV[8], 'e:' .. active .. ':' .. seq .. ':' .. seq .. '\\n' ..
+      seq .. '\\tmessage_queued\\t' .. data)
+  end
+  outcome = names[policy] .. '|' .. active .. '|11|' .. ids
+end
+redis.call('HSET', T, 'updated_at', ARGV[7])
+if ARGV[5] ~= '' then redis.call('SET', IDEM, ARGV[5] .. '|' .. outcome, 'EX', ARGV[6]) end
+keep(ARGV[6])
+return {'ok', outcome}
+"""
+
+# KEYS thread, msgs, runs, A(8) active run, N(8) waiting run
+# ARGV expected active, expected next, channel, thread id, run ttl, now
+DELETE = _PRELUDE + """
+local bad = check(ARGV[1], ARGV[2])
+if bad then return bad end
+if ARGV[1] ~= '' and redis.call('EXISTS', rk(0, 1)) == 1 then
+  redis.call('HSET', rk(0, 1), 'cancel', '1')
+  redis.call('PUBLISH', ARGV[3], 'c:' .. ARGV[1])
+end
+if ARGV[2] ~= '' and redis.call('EXISTS', rk(1, 1)) == 1 then
+  redis.call('HSET', rk(1, 1), 'status', '"cancelled"', 'stop_reason', '"aborted"',
+             'error', '"the thread was deleted"', 'ended_at', ARGV[6])
+  for i = 1, 8 do redis.call('EXPIRE', rk(1, i), ARGV[5]) end
+end
+redis.call('DEL', T, MSGS, RUNS)
+redis.call('PUBLISH', ARGV[3], 'e:' .. ARGV[4])
+return 'ok'
+"""

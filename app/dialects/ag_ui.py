@@ -1,0 +1,333 @@
+"""AG-UI events (protocol 1.0, typed and encoded by ``ag-ui-protocol``), projected from a run's
+stored events.
+
+Native event → AG-UI events:
+
+    run_created              RUN_STARTED {threadId, runId: our run id}; on a reconnect, then
+                             MESSAGES_SNAPSHOT of the conversation before the run (the client
+                             drops what it had of the run, which the replay rebuilds)
+    turn_start / turn_end    STEP_STARTED / STEP_FINISHED {stepName: "turn <n>"}
+    message_update           TEXT_MESSAGE_*, REASONING_*, TOOL_CALL_START/ARGS/END
+    message_start (user)     TEXT_MESSAGE_* with role user: a steering or follow-up message
+    tool_execution_update    CUSTOM {name: "agentloop.tool_progress"}
+    tool_execution_end       TOOL_CALL_RESULT {content: the result's text}
+    agent_start / agent_end  SUBAGENT_STARTED / SUBAGENT_FINISHED or SUBAGENT_ERROR (depth > 0)
+    agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR
+    run_resumed              the blocks a crashed worker left open are closed
+
+A nested loop is a subagent: its events carry ``subagentRunId``, and it names the tool call
+that runs it (``parentToolCallId``). Every opened block is closed before the run's end, as the
+client's event verifier demands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, TypeAlias
+
+import orjson
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from ag_ui.encoder import EventEncoder
+
+from app.dialects.ag_ui_messages import result_message_id
+from app.dialects.nested import result_text
+
+_ENCODER = EventEncoder()
+
+
+@dataclass(slots=True, frozen=True)
+class Delta:
+    """A ``TEXT_MESSAGE_CONTENT``, ``REASONING_MESSAGE_CONTENT`` or ``TOOL_CALL_ARGS`` event,
+    the events of every streamed token, encoded straight to the bytes ``EventEncoder`` writes
+    for them (pydantic's model and serializer cost ~5x the rest of a frame; tests/js
+    test_dialect_logs.py checks the two encodings agree)."""
+
+    type: str
+    key: str
+    """``messageId`` or ``toolCallId``."""
+    id: str
+    delta: str
+    sub: str | None = None
+
+    def json(self, timestamp: int | None) -> bytes:
+        """The event's JSON, as the encoder writes it (unset fields left out)."""
+        out: dict[str, object] = {"type": self.type}
+        if timestamp is not None:
+            out["timestamp"] = timestamp
+        if self.sub is not None:
+            out["subagentRunId"] = self.sub
+        out[self.key] = self.id
+        out["delta"] = self.delta
+        return orjson.dumps(out)
+
+
+AgUiEvent: TypeAlias = BaseEvent | Delta
+_CUT_OFF = "the worker stopped before the call was complete"
+
+
+class AgUiProjector:
+    """Native events (in log order) → AG-UI SSE frames; see the module docstring.
+    ``history``: the conversation before the run, as AG-UI messages, for a reconnect's
+    snapshot (None: the client sent it and has it)."""
+
+    def __init__(self, thread_id: str, history: list[dict[str, Any]] | None = None) -> None:
+        self.thread_id = thread_id
+        self._history = history
+        self._seq = 0
+        self._ts: int | None = None
+        self._open: dict[tuple[str, str], BaseEvent] = {}  # what is open → the event closing it
+        self._message: dict[tuple[int, str], str] = {}  # loop → its reply streaming now
+        self._calls: dict[str, tuple[str, str | None]] = {}  # call id → (tool, its subagent)
+        self._subagents: dict[str, str] = {}  # tool call id → the subagent it runs
+        self._announced: set[str] = set()
+        self._turns: dict[tuple[int, str], int] = {}  # loop → its current turn
+        self._replied = False
+
+    def feed(self, event: dict[str, Any]) -> list[bytes]:
+        """The frames of one event."""
+        self._seq = int(event.get("seq", self._seq))
+        self._ts = _millis(event.get("ts"))
+        return [self._frame(e) for e in self._events(event)]
+
+    def finish(self) -> list[bytes]:
+        """Nothing: the stream ends with RUN_FINISHED or RUN_ERROR."""
+        return []
+
+    def _frame(self, event: BaseEvent | Delta) -> bytes:
+        if isinstance(event, Delta):
+            return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))
+        if self._ts is not None and event.timestamp is None:
+            event.timestamp = self._ts
+        return b"id: %d\n%s" % (self._seq, _ENCODER.encode(event).encode())
+
+    def _sub(self, event: dict[str, Any]) -> str | None:
+        """The subagent an event of a nested loop belongs to (None at depth 0)."""
+        parent = event.get("parent_tool_call_id")
+        return self._subagents.get(parent) if parent else None
+
+    def _events(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        kind, sub = event.get("type"), self._sub(event)
+        if kind == "run_created":
+            return self._run_start(event["run_id"])
+        if kind == "run_resumed":
+            return self._resumed()
+        if kind == "agent_start":
+            return self._agent_start(event) if event.get("depth") else []
+        if kind == "turn_start":
+            self._turns[_loop(event)] = int(event["turn"])
+        if kind in ("turn_start", "turn_end"):
+            return self._step(kind, f"turn {self._turns.get(_loop(event), 0)}", sub)
+        if kind == "message_start":
+            return self._message_start(event, sub)
+        if kind == "message_update":
+            return self._delta(event["delta"], _loop(event), sub)
+        if kind == "message_end":
+            return self._message_end(_loop(event))
+        if kind == "tool_execution_start":
+            self._calls[event["tool_call_id"]] = (event["tool_name"], sub)
+            return self._announce(event["tool_call_id"], event["args"], sub)
+        if kind == "tool_execution_update":
+            return [CustomEvent(name="agentloop.tool_progress", subagent_run_id=sub,
+                                value={"toolCallId": event["tool_call_id"],
+                                       "partialResult": event["partial_result"]})]
+        if kind == "tool_execution_end":
+            return self._tool_end(event, sub)
+        if kind == "agent_end":
+            return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
+        return []
+
+    def _resumed(self) -> list[AgUiEvent]:
+        """Close what the crashed worker left open; a call cut off mid-arguments gets a
+        result saying so (else the client would take it for one it must answer)."""
+        cut = [key[1] for key in self._open if key[0] == "call"]
+        return [*self._close(lambda _: True),
+                *(ToolCallResultEvent(message_id=result_message_id(call_id), tool_call_id=call_id,
+                                      content=_CUT_OFF, role="tool") for call_id in cut)]
+
+    def _run_start(self, run_id: str) -> list[AgUiEvent]:
+        started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)
+        if self._history is None:
+            return [started]
+        return [started, MessagesSnapshotEvent.model_validate(
+            {"type": "MESSAGES_SNAPSHOT", "messages": self._history})]
+
+    def _agent_start(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        call_id = str(event["parent_tool_call_id"])
+        tool, parent = self._calls.get(call_id, ("tool", None))
+        sub_id = f"{event['run_id']}-sub{self._seq}"
+        self._subagents[call_id] = sub_id
+        self._open[("subagent", sub_id)] = SubagentErrorEvent(
+            subagent_run_id=sub_id, message="the worker running it stopped")
+        return [SubagentStartedEvent(subagent_run_id=sub_id, name=tool, parent_tool_call_id=call_id,
+                                     parent_subagent_run_id=parent)]
+
+    def _agent_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        if sub is None:
+            return []
+        self._open.pop(("subagent", sub), None)
+        if event["stop_reason"] in ("error", "aborted"):
+            return [SubagentErrorEvent(subagent_run_id=sub, message=event.get("error") or
+                                       event["stop_reason"], code=event["stop_reason"])]
+        return [SubagentFinishedEvent(subagent_run_id=sub, result=_final_text(event))]
+
+    def _step(self, kind: str, name: str, sub: str | None) -> list[AgUiEvent]:
+        key = ("step", f"{sub}/{name}")
+        if kind == "turn_start":
+            self._open[key] = StepFinishedEvent(step_name=name, subagent_run_id=sub)
+            return [StepStartedEvent(step_name=name, subagent_run_id=sub)]
+        closing = self._open.pop(key, None)
+        return [closing] if closing is not None else []
+
+    def _message_start(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        message, depth = event["message"], int(event["depth"])
+        message_id = f"{event['run_id']}-m{self._seq}"
+        if message.get("role") == "assistant":
+            self._message[_loop(event)] = message_id
+            self._replied = self._replied or depth == 0
+            return []
+        if message.get("role") != "user" or depth or not self._replied:
+            return []
+        content = message["content"]
+        text = content if isinstance(content, str) else result_text(content)
+        return [TextMessageStartEvent(message_id=message_id, role="user"),
+                *([TextMessageContentEvent(message_id=message_id, delta=text)] if text else []),
+                TextMessageEndEvent(message_id=message_id)]
+
+    def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
+               sub: str | None) -> list[AgUiEvent]:
+        kind = delta["kind"]
+        message_id = self._message.get(loop, f"m{self._seq}")
+        if kind == "text_delta":
+            return self._text(message_id, delta["text"], sub)
+        if kind == "thinking_delta":
+            return self._reasoning(f"{message_id}-reasoning", delta["text"], sub)
+        call_id = delta["tool_call_id"]
+        if kind == "toolcall_start":
+            self._announced.add(call_id)
+            self._open[("call", call_id)] = ToolCallEndEvent(tool_call_id=call_id,
+                                                             subagent_run_id=sub)
+            return [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=delta["tool_name"],
+                                       parent_message_id=message_id, subagent_run_id=sub)]
+        if kind == "toolcall_delta":
+            if not delta["text"] or ("call", call_id) not in self._open:
+                return []
+            return [Delta("TOOL_CALL_ARGS", "toolCallId", call_id, delta["text"], sub)]
+        closing = self._open.pop(("call", call_id), None)
+        return [closing] if closing is not None else []
+
+    def _text(self, message_id: str, text: str, sub: str | None) -> list[AgUiEvent]:
+        out: list[AgUiEvent] = []
+        if ("text", message_id) not in self._open:
+            self._open[("text", message_id)] = TextMessageEndEvent(message_id=message_id,
+                                                                   subagent_run_id=sub)
+            out.append(TextMessageStartEvent(message_id=message_id, role="assistant",
+                                             subagent_run_id=sub))
+        if text:
+            out.append(Delta("TEXT_MESSAGE_CONTENT", "messageId", message_id, text, sub))
+        return out
+
+    def _reasoning(self, message_id: str, text: str, sub: str | None) -> list[AgUiEvent]:
+        out: list[AgUiEvent] = []
+        if ("reasoning", message_id) not in self._open:
+            self._open[("reasoning", message_id)] = ReasoningMessageEndEvent(
+                message_id=message_id, subagent_run_id=sub)
+            self._open[("span", message_id)] = ReasoningEndEvent(message_id=message_id,
+                                                                 subagent_run_id=sub)
+            out += [ReasoningStartEvent(message_id=message_id, subagent_run_id=sub),
+                    ReasoningMessageStartEvent(message_id=message_id, subagent_run_id=sub)]
+        if text:
+            out.append(Delta("REASONING_MESSAGE_CONTENT", "messageId", message_id, text, sub))
+        return out
+
+    def _message_end(self, loop: tuple[int, str]) -> list[AgUiEvent]:
+        """Close what the reply left open (its text, reasoning, calls cut short)."""
+        message_id = self._message.pop(loop, None)
+        if message_id is None:
+            return []
+        ids = {message_id, f"{message_id}-reasoning"}
+        return self._close(lambda key: key[1] in ids)
+
+    def _close(self, which: Any) -> list[AgUiEvent]:
+        keys = [key for key in self._open if which(key)]
+        return [self._open.pop(key) for key in reversed(keys)]
+
+    def _announce(self, call_id: str, args: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        """START/ARGS/END for a call that never streamed (it appears at its execution)."""
+        if call_id in self._announced:
+            return []
+        self._announced.add(call_id)
+        name = self._calls.get(call_id, ("tool", None))[0]
+        return [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
+                                   subagent_run_id=sub),
+                ToolCallArgsEvent(tool_call_id=call_id, delta=orjson.dumps(args).decode(),
+                                  subagent_run_id=sub),
+                ToolCallEndEvent(tool_call_id=call_id, subagent_run_id=sub)]
+
+    def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        call_id = event["tool_call_id"]
+        out = self._announce(call_id, {}, sub)
+        text = result_text(event["result"].get("content") or [])
+        return [*out, ToolCallResultEvent(message_id=result_message_id(call_id),
+                                          tool_call_id=call_id, content=text, role="tool",
+                                          subagent_run_id=sub)]
+
+    def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        out = self._close(lambda _: True)
+        reason, run_id = event["stop_reason"], event["run_id"]
+        if reason == "error":
+            return [*out, RunErrorEvent(message=event.get("error") or "the run failed",
+                                        code="run_failed")]
+        if reason == "aborted":
+            return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
+                                           outcome=RunFinishedCancelledOutcome())]
+        return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
+                                       result=_final_text(event))]
+
+
+def _loop(event: dict[str, Any]) -> tuple[int, str]:
+    """Which loop an event is from: its depth and the tool call running it."""
+    return int(event.get("depth") or 0), str(event.get("parent_tool_call_id") or "")
+
+
+def _final_text(event: dict[str, Any]) -> str:
+    """The text of the last assistant message a loop added."""
+    for message in reversed(event.get("messages") or []):
+        if message.get("role") == "assistant":
+            return result_text(message.get("content") or [])
+    return ""
+
+
+def _millis(ts: object) -> int | None:
+    return _parse_ts(ts) if isinstance(ts, str) else None
+
+
+@lru_cache(maxsize=64)
+def _parse_ts(ts: str) -> int:
+    """Epoch milliseconds of a stored ``ts`` (many events share one: cached)."""
+    return int(datetime.fromisoformat(ts).timestamp() * 1000)

@@ -1,0 +1,188 @@
+"""The Vercel AI SDK's UI message stream (``ai`` 7.x), projected from a run's stored events.
+
+One run is one assistant ``UIMessage`` (its id is the run id), one ``start-step``/``finish-step``
+per turn. Chunk shapes follow the SDK's ``uiMessageChunkSchema`` (``ai/dist``,
+``src/ui-message-stream/ui-message-chunks.ts``); the body is SSE, one ``data:`` JSON chunk per
+block, closed by ``data: [DONE]``, with the ``x-vercel-ai-ui-message-stream: v1`` header.
+
+Native event → chunks (depth 0):
+
+    run_created            start {messageId: run id, messageMetadata: {run_id, events_url}}
+    turn_start / turn_end  start-step / finish-step
+    message_update         text-*, reasoning-*, tool-input-start/-delta/-available
+    message_start (user)   steering-message, for a steering or follow-up message the loop took
+    tool_execution_update  tool-output-available {preliminary: true, output: partial_result}
+    tool_execution_end     tool-output-available {output: result} or tool-output-error
+    agent_end              [error] finish {finishReason, messageMetadata} | abort, then [DONE]
+
+Events of a nested loop (depth > 0) are not parts of the message: they become preliminary
+outputs of the depth-0 tool call that runs them (``nested.NestedTrace``), the SDK's pattern for
+sub-agents, replaced by the tool's own result when it ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from app.dialects.nested import NestedTrace, result_text
+
+HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no",
+           "cache-control": "no-cache"}
+"""The SDK's ``UI_MESSAGE_STREAM_HEADERS`` (beyond the media type)."""
+DONE = b"data: [DONE]\n\n"
+_FINISH = {"stop": "stop", "error": "error"}
+"""Our stop reasons the SDK names; ``max_iterations`` (the round cap) is ``other``."""
+
+
+def chunk_frame(seq: int, chunk: dict[str, Any]) -> bytes:
+    """One SSE block: ``id: <seq of the native event>`` and the chunk as ``data:``."""
+    return b"id: %d\ndata: %s\n\n" % (seq, orjson.dumps(chunk))
+
+
+class UIMessageProjector:
+    """Native events (in log order) → UI message stream frames; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._turn = 0
+        self._open: dict[int, tuple[str, str]] = {}  # content_index → (kind, part id)
+        self._announced: set[str] = set()  # tool calls whose input is available
+        self._streaming: dict[str, str] = {}  # tool calls whose input is streaming → tool
+        self._assistant_seen = False
+        self._nested = NestedTrace()
+        self._done = False
+
+    def feed(self, event: dict[str, Any]) -> list[bytes]:
+        """The frames of one event."""
+        self._seq = int(event.get("seq", self._seq))
+        if event.get("depth"):
+            return [self._frame(c) for c in self._nested_chunks(event)]
+        return [self._frame(c) for c in self._chunks(event)]
+
+    def finish(self) -> list[bytes]:
+        """``[DONE]`` (the SDK's end of stream)."""
+        return [DONE]
+
+    def _frame(self, chunk: dict[str, Any]) -> bytes:
+        return chunk_frame(self._seq, chunk)
+
+    def _chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = event.get("type")
+        if kind == "run_created":
+            meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events"}
+            return [{"type": "start", "messageId": event["run_id"], "messageMetadata": meta}]
+        if kind == "run_resumed":
+            return self._resumed()
+        if kind == "turn_start":
+            self._turn = int(event["turn"])
+            return [{"type": "start-step"}]
+        if kind == "turn_end":
+            return [{"type": "finish-step"}]
+        if kind == "message_start":
+            return self._message_start(event["message"])
+        if kind == "message_update":
+            return self._delta(event["delta"])
+        if kind == "message_end":
+            return self._close_blocks()
+        if kind == "tool_execution_start":
+            return self._announce(event["tool_call_id"], event["tool_name"], event["args"])
+        if kind == "tool_execution_update":
+            return [{"type": "tool-output-available", "toolCallId": event["tool_call_id"],
+                     "output": event["partial_result"], "preliminary": True}]
+        if kind == "tool_execution_end":
+            return self._tool_end(event)
+        if kind == "agent_end":
+            return self._end(event)
+        return []  # run_resumed, agent_start, queue notices: nothing to show
+
+    def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """A user message after the first reply is a steering or follow-up message."""
+        role = message.get("role")
+        if role == "assistant":
+            self._assistant_seen = True
+            self._open = {}
+            return []
+        if role != "user" or not self._assistant_seen:
+            return []
+        content = message["content"]
+        text = content if isinstance(content, str) else result_text(content)
+        return [{"type": "steering-message", "id": f"steer-{self._seq}",
+                 "parts": [{"type": "text", "text": text}]}]
+
+    def _delta(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        kind, index = delta["kind"], int(delta["content_index"])
+        if kind in ("text_delta", "thinking_delta"):
+            return self._block_delta("text" if kind == "text_delta" else "reasoning", index,
+                                     delta["text"])
+        call_id = delta["tool_call_id"]
+        if kind == "toolcall_start":
+            self._streaming[call_id] = delta["tool_name"]
+            return [{"type": "tool-input-start", "toolCallId": call_id,
+                     "toolName": delta["tool_name"]}]
+        if kind == "toolcall_delta":
+            return [{"type": "tool-input-delta", "toolCallId": call_id,
+                     "inputTextDelta": delta["text"]}]
+        return self._announce(call_id, delta["tool_name"], delta.get("arguments") or {})
+
+    def _block_delta(self, kind: str, index: int, text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if index not in self._open:
+            part_id = f"{kind}-{self._turn}-{index}"
+            self._open[index] = (kind, part_id)
+            out.append({"type": f"{kind}-start", "id": part_id})
+        out.append({"type": f"{kind}-delta", "id": self._open[index][1], "delta": text})
+        return out
+
+    def _close_blocks(self) -> list[dict[str, Any]]:
+        out = [{"type": f"{kind}-end", "id": part_id} for kind, part_id in self._open.values()]
+        self._open = {}
+        return out
+
+    def _announce(self, call_id: str, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """``tool-input-available`` once per call (a call that never streamed gets it at its
+        execution start)."""
+        if call_id in self._announced:
+            return []
+        self._announced.add(call_id)
+        self._streaming.pop(call_id, None)
+        return [{"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
+                 "input": args}]
+
+    def _resumed(self) -> list[dict[str, Any]]:
+        """Close what the crashed worker left open: text blocks, and calls whose arguments
+        never finished (the resumed reply makes its own)."""
+        cut = [{"type": "tool-input-error", "toolCallId": call_id, "toolName": name,
+                "input": {}, "errorText": "the worker stopped before the call was complete"}
+               for call_id, name in self._streaming.items()]
+        self._streaming = {}
+        return [*self._close_blocks(), *cut]
+
+    def _tool_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        call_id = event["tool_call_id"]
+        out = self._announce(call_id, event["tool_name"], {})
+        result = event["result"]
+        if event["is_error"]:
+            text = result_text(result.get("content") or []) or "tool failed"
+            return [*out, {"type": "tool-output-error", "toolCallId": call_id, "errorText": text}]
+        return [*out, {"type": "tool-output-available", "toolCallId": call_id, "output": result}]
+
+    def _end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self._close_blocks()
+        reason = event["stop_reason"]
+        if reason == "aborted":
+            return [*out, {"type": "abort", "reason": event.get("error") or "cancelled"}]
+        if reason == "error":
+            out.append({"type": "error", "errorText": event.get("error") or "the run failed"})
+        meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"]}
+        return [*out, {"type": "finish", "finishReason": _FINISH.get(reason, "other"),
+                       "messageMetadata": meta}]
+
+    def _nested_chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        update = self._nested.feed(event)
+        if update is None:
+            return []
+        call_id, output = update
+        return [{"type": "tool-output-available", "toolCallId": call_id, "output": output,
+                 "preliminary": True}]

@@ -1,0 +1,131 @@
+"""A run's stored log as a dialect's SSE body: replay from seq 1, then live, until the end.
+
+Timeline of one projected stream::
+
+    read page ─▶ project each event ─▶ frames of events after ``after`` ─▶ send ─ … ─▶
+    agent_end (depth 0) ─▶ ``projector.finish()`` frames ─▶ close
+    nothing for ``poll`` s ─▶ ``: ping`` (a comment line: no parser dispatches it)
+    backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
+    client gone before the end ─▶ the run goes on (durable), unless ``cancel_on_disconnect``
+
+The projector sees every event from seq 1 even when the client resumes after a later seq, so
+its state (open text blocks, tool calls, nested runs) is the same on every replay; only the
+frames of events at or before ``after`` are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import orjson
+
+from app import metrics
+from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
+from app.sse import PAGE, PING
+
+log = logging.getLogger(__name__)
+
+
+class Projector(Protocol):
+    """Turns native events (decoded JSON, in log order) into a dialect's SSE frames."""
+
+    def feed(self, event: dict[str, Any]) -> list[bytes]:
+        """The frames of one event (often none)."""
+        ...
+
+    def finish(self) -> list[bytes]:
+        """The frames that close the stream after the run's own ``agent_end``."""
+        ...
+
+
+def poll_seconds(ping: float) -> float:
+    """How long a stream waits for events before it pings (``AGENTLOOP_SSE_PING_SECONDS``, at
+    most 5 s, as the native stream)."""
+    return max(0.05, min(ping, 5.0))
+
+
+def ends_run(event: dict[str, Any]) -> bool:
+    """The run's own (``depth`` 0) ``agent_end``: the last event of its log."""
+    return event.get("type") == "agent_end" and not event.get("depth")
+
+
+async def _page(backend: Backend, run_id: str, last: int, poll: float) -> list[StoredEvent] | None:
+    """Events after ``last`` ([] after ``poll`` s of nothing; None once the run has ended and
+    its log is drained)."""
+    events = await backend.wait_events(run_id, last, poll)
+    if events:
+        return events[:PAGE]
+    record = await backend.get_run(run_id)
+    if record is None or record.status in TERMINAL:
+        return await backend.read_events(run_id, last, PAGE) or None
+    return []
+
+
+async def _pages(backend: Backend, run_id: str, poll: float) -> AsyncIterator[list[StoredEvent]]:
+    """Pages of the log from seq 1 ([] when idle), riding out store outages."""
+    last, delay = 0, 0.1
+    while True:
+        try:
+            events = await _page(backend, run_id, last, poll)
+        except BackendError as exc:
+            log.warning("projected stream of %s: backend unavailable (%s); retrying", run_id,
+                        exc, extra={"run_id": run_id})
+            yield []
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, poll)
+            continue
+        delay = 0.1
+        if events is None:
+            return
+        if events:
+            last = events[-1].seq
+        yield events
+
+
+async def projected_frames(backend: Backend, run_id: str, projector: Projector, *,
+                           after: int = 0, poll: float = 5.0,
+                           cancel_on_disconnect: bool = False) -> AsyncIterator[bytes]:
+    """The dialect's body for ``run_id`` (see the module docstring)."""
+    finished = False
+    metrics.SSE_SUBSCRIBERS.inc()
+    try:
+        async for events in _pages(backend, run_id, poll):
+            if not events:
+                yield PING
+                continue
+            chunk, finished = _project(projector, events, after)
+            if chunk:
+                yield chunk
+            if finished:
+                break
+        finished = True
+        yield b"".join(projector.finish())
+    finally:
+        metrics.SSE_SUBSCRIBERS.dec()
+        if not finished and cancel_on_disconnect:
+            await _cancel(backend, run_id)
+
+
+def _project(projector: Projector, events: list[StoredEvent], after: int) -> tuple[bytes, bool]:
+    """(the frames of a page's events after ``after``, whether the run's end was among them)."""
+    frames: list[bytes] = []
+    for stored in events:
+        event = orjson.loads(stored.data)
+        out = projector.feed(event)
+        if stored.seq > after:
+            frames.extend(out)
+        if ends_run(event):
+            return b"".join(frames), True
+    return b"".join(frames), False
+
+
+async def _cancel(backend: Backend, run_id: str) -> None:
+    """The client asked for its disconnect to stop the run (the toolkit's stop/abort)."""
+    try:
+        await backend.request_cancel(run_id)
+        log.info("client disconnected: run cancelled as asked", extra={"run_id": run_id})
+    except BackendError as exc:
+        log.warning("could not cancel %s after its client left: %s", run_id, exc)

@@ -1,0 +1,88 @@
+"""``/ag-ui``: the AG-UI endpoint (protocol 1.0) an ``HttpAgent`` of ``@ag-ui/client`` runs.
+
+``POST /ag-ui`` takes a ``RunAgentInput``, starts a run for its last user message and streams
+the run as AG-UI events (``app/dialects/ag_ui.py``). ``RUN_STARTED.runId`` is our run id (the
+client's ``runId`` is kept in the run's metadata as ``ag_ui_run_id``): steer, follow up or
+cancel through ``/runs/{run_id}/...``. ``GET /ag-ui/threads/{thread_id}/stream`` replays the
+thread's active run from its start and goes on live (``204`` when it has none), for a client
+recovering after a reload. Aborting the request (``abortRun()``) leaves the run running unless
+``forwardedProps.agentloop.cancel_on_disconnect`` is true.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ag_ui.core import RunAgentInput
+from fastapi import APIRouter, Response
+from sse_starlette import EventSourceResponse
+
+from app.backends.base import TERMINAL, Backend
+from app.dialects.ag_ui import AgUiProjector
+from app.dialects.ag_ui_messages import history
+from app.dialects.ag_ui_request import agentloop_props, refuse_client_tools, to_messages
+from app.dialects.ai_sdk_request import CHAT_ID
+from app.dialects.conversation import conversation_run, latest_run, start_run
+from app.dialects.tail import poll_seconds, projected_frames
+from app.errors import ApiError, documented
+from app.routes.deps import PrincipalDep, ServicesDep
+from app.routes.strict_json import StrictJsonRoute
+from app.run_requests import input_messages
+from app.sse import EventStreamResponse
+
+router = APIRouter(tags=["ag-ui"], route_class=StrictJsonRoute)
+_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "AG-UI events"}}
+
+
+def ag_ui_stream(backend: Backend, run_id: str, projector: AgUiProjector, *, poll: float,
+                 cancel_on_disconnect: bool = False) -> EventStreamResponse:
+    """The run's log projected as AG-UI events."""
+    frames = projected_frames(backend, run_id, projector, poll=poll,
+                              cancel_on_disconnect=cancel_on_disconnect)
+    response = EventStreamResponse(frames)
+    response.headers["x-accel-buffering"] = "no"
+    return response
+
+
+def _check_thread(thread_id: str, field: str) -> None:
+    if not re.fullmatch(CHAT_ID, thread_id):
+        raise ApiError(422, "validation_error",
+                       f"{field}: 1 to 128 letters, digits, '_' or '-'", field)
+
+
+@router.post("/ag-ui", operation_id="agUiRunAgent",
+             response_class=EventSourceResponse,
+             responses={**_STREAM, **documented(400, 401, 413, 415, 422, 503)})
+async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) -> Response:
+    """Run the agent on the input's last user message; stream AG-UI events."""
+    _check_thread(body.thread_id, "threadId")
+    refuse_client_tools(body)
+    props = agentloop_props(body)
+    messages, system = to_messages(body)
+    options = props.model_dump(exclude={"cancel_on_disconnect"}, exclude_none=True)
+    options["system"] = "\n\n".join(s for s in (props.system, system) if s) or None
+    options["metadata"] = {**props.metadata, "ag_ui_run_id": body.run_id[:255]}
+    record = await start_run(svc, who.tenant, conversation_run(body.thread_id, messages, options))
+    projector = AgUiProjector(body.thread_id)
+    return ag_ui_stream(svc.backend, record.id, projector,
+                        poll=poll_seconds(svc.settings.sse_ping_seconds),
+                        cancel_on_disconnect=props.cancel_on_disconnect)
+
+
+@router.get("/ag-ui/threads/{thread_id}/stream", operation_id="agUiReconnect",
+             response_class=EventSourceResponse,
+            responses={**_STREAM, 204: {"description": "the thread has no active run"},
+                       **documented(401, 404, 503)})
+async def reconnect(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Response:
+    """The thread's active run, replayed from its start, then live; ``204`` if none."""
+    if not re.fullmatch(CHAT_ID, thread_id):
+        raise ApiError(404, "not_found", "no such thread")
+    record = await latest_run(svc, who.tenant, thread_id)
+    if record is None or record.status in TERMINAL:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    messages = input_messages(record.request)
+    projector = AgUiProjector(thread_id, history(messages, record.id))
+    return ag_ui_stream(svc.backend, record.id, projector,
+                        poll=poll_seconds(svc.settings.sse_ping_seconds))

@@ -1,0 +1,75 @@
+"""``/ai-sdk/chat``: the endpoint ``useChat`` (Vercel AI SDK 7) talks to unchanged.
+
+``POST /ai-sdk/chat`` starts a run for the chat's last user message and streams it as the SDK's
+UI message stream (``app/dialects/ai_sdk.py``); ``GET /ai-sdk/chat/{chat_id}/stream`` is the
+transport's reconnect (``useChat({resume: true})``): the chat's newest run replayed from seq 1
+out of the stored log, then live, or ``204`` when it has ended (the SDK then stays idle).
+Closing the stream (the SDK's ``stop()``) leaves the run running unless the request set
+``cancel_on_disconnect``; steer, follow up or cancel it through ``/runs/{run_id}/...`` with the
+``run_id`` of the message metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response
+from sse_starlette import EventSourceResponse
+
+from app.backends.base import TERMINAL, Backend
+from app.dialects.ai_sdk import HEADERS, UIMessageProjector
+from app.dialects.ai_sdk_request import CHAT_ID, ChatRequest, to_messages
+from app.dialects.conversation import conversation_run, latest_run, start_run
+from app.dialects.tail import poll_seconds, projected_frames
+from app.errors import ApiError, documented
+from app.routes.deps import PrincipalDep, ServicesDep
+from app.routes.events import _seq
+from app.routes.strict_json import StrictJsonRoute
+from app.sse import EventStreamResponse
+
+router = APIRouter(tags=["ai-sdk"], route_class=StrictJsonRoute)
+_STREAM: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}},
+                 "description": "the AI SDK UI message stream (x-vercel-ai-ui-message-stream: v1)"}}
+
+
+def ui_stream(backend: Backend, run_id: str, *, poll: float, after: int = 0,
+              cancel_on_disconnect: bool = False) -> EventStreamResponse:
+    """The run's log projected as a UI message stream, with the protocol's headers."""
+    frames = projected_frames(backend, run_id, UIMessageProjector(), after=after, poll=poll,
+                              cancel_on_disconnect=cancel_on_disconnect)
+    response = EventStreamResponse(frames)
+    response.headers.update(HEADERS)
+    return response
+
+
+@router.post("/ai-sdk/chat", operation_id="aiSdkChat",
+             response_class=EventSourceResponse,
+             responses={**_STREAM, **documented(400, 401, 413, 415, 422, 503)})
+async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
+    """Answer the chat's last user message with a new run, streamed as UI message chunks."""
+    messages, system = to_messages(body.messages)
+    options = body.run_options()
+    if system and "system" not in options:
+        options["system"] = system
+    record = await start_run(svc, who.tenant, conversation_run(body.id, messages, options))
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+                     cancel_on_disconnect=body.cancel_on_disconnect)
+
+
+@router.get("/ai-sdk/chat/{chat_id}/stream", operation_id="aiSdkResumeChat",
+             response_class=EventSourceResponse,
+            responses={**_STREAM, 204: {"description": "the chat has no active run"},
+                       **documented(401, 404, 422, 503)})
+async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
+                 last_event_id: Annotated[str | None, Header()] = None) -> Response:
+    """The chat's active run: replayed from its start (or after ``Last-Event-ID``), then live;
+    ``204`` when the chat has none."""
+    if not re.fullmatch(CHAT_ID, chat_id):
+        raise ApiError(404, "not_found", "no such chat")
+    after = _seq(last_event_id, "Last-Event-ID")
+    record = await latest_run(svc, who.tenant, chat_id)
+    if record is None or record.status in TERMINAL:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+                     after=after)

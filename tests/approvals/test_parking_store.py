@@ -1,0 +1,150 @@
+"""``ParkingStore`` on both backends (real Redis): parking, answers, wakes, and ≥ 200-trial
+races of an answer against a cancel, a steer and the approval timeout (exactly one wins)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from app.backends import Backend, make_backend
+from app.backends.base import RunRecord
+from app.backends.parking_base import DecisionRefused
+from app.events import ApprovalDecided
+from app.queues import QueuedMessage
+from providers.messages import UserMessage
+from tests.support.redis_server import redis_server_url, redis_url
+
+__all__ = ["redis_server_url", "redis_url"]
+TRIALS = 200
+CALLS = [{"tool_call_id": "c1", "tool_name": "t", "args": {}, "kind": "approval", "index": 0},
+         {"tool_call_id": "c2", "tool_name": "t", "args": {"a": []}, "kind": "approval",
+          "index": 1}]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    b = make_backend(url, lease=5.0, run_ttl=3600)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+async def parked_run(backend: Backend, n: int = 0, deadline: float | None = None) -> str:
+    record = RunRecord(id=f"run_{n}_{time.time_ns()}", tenant="t", created_at=time.time())
+    await backend.create_run(record)
+    [claim] = await backend.claim_many("w", 5.0, 1)
+    assert await backend.park(claim.run_id, claim.attempt, CALLS, deadline)
+    return claim.run_id
+
+
+def event(call_id: str) -> ApprovalDecided:
+    return ApprovalDecided(tool_call_id=call_id, decision="approve")
+
+
+async def decided_events(backend: Backend, run_id: str) -> list[str]:
+    return [orjson.loads(e.data)["tool_call_id"] for e in await backend.read_events(run_id, 0)
+            if e.type == "approval_decided"]
+
+
+async def test_park_decide_and_wake(backend: Backend) -> None:
+    run_id = await parked_run(backend)
+    record = await backend.get_run(run_id)
+    assert record is not None and record.status == "requires_action" and record.worker is None
+    assert await backend.claim_many("w", 0.05, 5) == []  # parked: nothing to claim
+    assert await backend.decide(run_id, "c2", {"kind": "deny"}, event("c2")) is False
+    for call_id, code in (("c2", "already_decided"), ("zz", "unknown_call")):
+        with pytest.raises(DecisionRefused) as refused:
+            await backend.decide(run_id, call_id, {"kind": "approve"}, event(call_id))
+        assert refused.value.code == code
+    assert await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1")) is True
+    state = await backend.parked_state(run_id)
+    assert state is not None and state.calls == CALLS and not state.expired
+    assert state.decisions == {"c1": {"kind": "approve"}, "c2": {"kind": "deny"}}
+    assert await decided_events(backend, run_id) == ["c2", "c1"]
+    [claim] = await backend.claim_many("w2", 5.0, 1)
+    assert claim.run_id == run_id and claim.resumed
+    with pytest.raises(DecisionRefused) as late:
+        await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1"))
+    assert late.value.code == "not_waiting"
+
+
+async def test_park_with_a_steer_or_cancel_waiting_dispatches_at_once(backend: Backend) -> None:
+    for n, prepare in enumerate(("steer", "cancel")):
+        record = RunRecord(id=f"run_now_{n}_{time.time_ns()}", tenant="t", created_at=time.time())
+        await backend.create_run(record)
+        [claim] = await backend.claim_many("w", 5.0, 1)
+        if prepare == "steer":
+            await backend.enqueue(record.id, "steer", QueuedMessage(
+                id="m1", message=UserMessage(content="x")))
+        else:
+            await backend.request_cancel(record.id)
+        assert await backend.park(claim.run_id, claim.attempt, CALLS, None) is False
+        again = await backend.claim_many("w", 5.0, 1)
+        assert [c.run_id for c in again] == [record.id]
+
+
+async def test_expire_due_wakes_only_runs_past_their_deadline(backend: Backend) -> None:
+    soon = await parked_run(backend, 1, deadline=time.time() - 1)
+    later = await parked_run(backend, 2, deadline=time.time() + 3600)
+    never = await parked_run(backend, 3)
+    assert await backend.expire_due(time.time()) == [soon]
+    assert await backend.expire_due(time.time()) == []
+    state = await backend.parked_state(soon)
+    assert state is not None and state.expired
+    for run_id in (later, never):
+        record = await backend.get_run(run_id)
+        assert record is not None and record.status == "requires_action"
+
+
+async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
+    """One trial: the last answer against ``rival``; (answer won, rival woke the run)."""
+    run_id = await parked_run(backend, n, deadline=time.time() - 1 if rival == "timeout"
+                              else None)
+    await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1"))
+
+    async def jitter() -> None:  # either side may go first
+        await asyncio.sleep(random.random() * 0.002)
+
+    async def answer() -> bool:
+        await jitter()
+        try:
+            return await backend.decide(run_id, "c2", {"kind": "approve"}, event("c2"))
+        except DecisionRefused as exc:
+            assert exc.code == "not_waiting"
+            return False
+
+    async def other() -> bool:
+        await jitter()
+        if rival == "timeout":
+            return run_id in await backend.expire_due(time.time())
+        if rival == "cancel":
+            await backend.request_cancel(run_id)
+        else:
+            await backend.enqueue(run_id, "steer", QueuedMessage(
+                id=f"m{n}", message=UserMessage(content="x")))
+        return await backend.wake(run_id)
+
+    won, woke = await asyncio.gather(answer(), other())
+    assert won != woke, f"trial {n}: answer {won}, {rival} {woke}"
+    assert ("c2" in await decided_events(backend, run_id)) == won
+    state = await backend.parked_state(run_id)
+    assert state is not None and state.expired == (rival == "timeout" and woke)
+    claims = await backend.claim_many("w", 5.0, 5)  # dispatched exactly once
+    assert [c.run_id for c in claims] == [run_id]
+    await backend.finish(run_id, claims[0].attempt)
+    return won, woke
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("rival", ["cancel", "steer", "timeout"])
+async def test_an_answer_racing_a_rival_comes_out_one_way(backend: Backend, rival: str) -> None:
+    outcomes = [await _race(backend, n, rival) for n in range(TRIALS)]
+    assert {won for won, _ in outcomes} == {True, False}  # both sides won some trials

@@ -1,0 +1,96 @@
+"""An answer racing a cancel or a steer over HTTP, watched by a real SSE client, on both
+backends: exactly one wins and the stream shows which. ``AGENTLOOP_RACE_TRIALS`` trials per
+case (200 by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+import pytest
+
+from providers import fake
+from providers.base import ModelRequest
+from providers.fake import Step
+from tests.api.conftest import Api
+from tests.approvals.helpers import decide, parked
+from tests.support.sse_client import open_stream, read_all
+
+TRIALS = int(os.environ.get("AGENTLOOP_RACE_TRIALS", "200"))
+SKIPPED = "Skipped due to queued user message."
+ABORTED = "Tool execution aborted: the run was cancelled."
+
+
+def pick_then_answer(request: ModelRequest) -> Step:
+    if any(m.role == "tool_result" for m in request.messages):
+        return fake.text("done")
+    return fake.tool_calls(("hitl_delete", {"path": "p"}, "c1"))
+
+
+async def _jittered(coro: Any) -> Any:
+    await asyncio.sleep(random.random() * 0.003)  # either request may reach the server first
+    return await coro
+
+
+async def _trial(api: Api, rival: str) -> bool:
+    run = await api.create(input="go", toolset="hitl_testing")
+    await parked(api, run["id"])
+    url = f"/runs/{run['id']}/{rival}"
+    body = {"content": "changed my mind"} if rival == "steer" else None
+    answer, other = await asyncio.gather(
+        _jittered(decide(api, run["id"], "c1")), _jittered(api.client.post(url, json=body)))
+    won = answer.status_code == 202
+    late = other.status_code == 409 and other.json()["error"]["code"] == "run_ended"
+    assert other.status_code == 202 or (won and late), other.text  # a steer after the end
+    frames = await read_all(api.client, run["events_url"])
+    ends = [f for f in frames if f.event == "agent_end" and f.data["depth"] == 0]
+    assert len(ends) == 1 and frames[-1] is ends[0]
+    decided = [f for f in frames if f.event == "approval_decided"]
+    result = next(f.data for f in frames if f.event == "tool_execution_end")
+    text = result["result"]["content"][0]["text"]
+    if won:
+        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(ends[0])
+        assert text in ("deleted p", ABORTED)  # a cancel that came after may stop it
+    else:
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_waiting"
+        assert decided == [] and text == (ABORTED if rival == "cancel" else SKIPPED)
+        expected = "aborted" if rival == "cancel" else "stop"
+        assert ends[0].data["stop_reason"] == expected
+    return won
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rival", ["cancel", "steer"])
+async def test_an_answer_racing_cancel_or_steer(api: Api, rival: str) -> None:
+    api.fake.script = [pick_then_answer]
+    api.fake.repeat = True
+    outcomes = [await _trial(api, rival) for _ in range(TRIALS)]
+    print(f"{rival}: the answer won {sum(outcomes)} of {TRIALS}")
+
+
+async def _while_parking(api: Api, rival: str) -> None:
+    run = await api.create(input="go", toolset="hitl_testing")
+    body = {"content": "no, wait"} if rival == "steer" else None
+    async with open_stream(api.client, run["events_url"]) as stream:
+        frames = []
+        async for frame in stream:
+            frames.append(frame)
+            if frame.event == "approval_requested":  # the run is parking right now
+                resp = await api.client.post(f"/runs/{run['id']}/{rival}", json=body)
+                assert resp.status_code == 202
+    result = next(f.data for f in frames if f.event == "tool_execution_end")
+    text, reason = (SKIPPED, "stop") if rival == "steer" else (ABORTED, "aborted")
+    assert result["result"]["content"][0]["text"] == text
+    assert [f.event for f in frames].count("agent_end") == 1
+    assert frames[-1].event == "agent_end" and frames[-1].data["stop_reason"] == reason
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("rival", ["cancel", "steer"])
+async def test_a_steer_or_cancel_while_the_run_parks_is_never_lost(api: Api, rival: str) -> None:
+    api.fake.script = [pick_then_answer]
+    api.fake.repeat = True
+    for _ in range(max(TRIALS // 4, 1)):
+        await _while_parking(api, rival)

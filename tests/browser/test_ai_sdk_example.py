@@ -1,0 +1,104 @@
+"""examples/ai-sdk-react, built with its own pinned Vite (``vite build``) and run in Chromium:
+``useChat`` renders a tool call and the final answer from ``/ai-sdk/chat``, and a reload in
+the middle of a run resumes it (``resume: true``) from the stored log.
+
+The built page is served from a second origin, as a deployed frontend would be, so the
+dialect is also exercised through CORS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from providers import fake
+from tests.api.conftest import serve
+from tests.support.live_server import LiveServer
+from tool_registry import function
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ai-sdk-react"
+GATE = threading.Event()
+
+
+@function(toolsets=["browser_testing"])
+def example_weather(city: str) -> str:
+    """The weather in a city (test tool)."""
+    return f"sunny in {city}"
+
+
+@function(toolsets=["browser_testing"])
+async def example_gate() -> str:
+    """Waits until the test opens the gate (test tool)."""
+    opened = await asyncio.to_thread(GATE.wait, 30)
+    return "opened" if opened else "timed out"
+
+
+@pytest.fixture(scope="module")
+def built_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example built by its own Vite into a temp dir (the repo stays clean)."""
+    vite = EXAMPLE / "node_modules" / "vite" / "bin" / "vite.js"
+    if not vite.is_file():
+        pytest.fail("examples/ai-sdk-react/node_modules missing: `make js-deps` installs it")
+    out = tmp_path_factory.mktemp("ai-sdk-react")
+    subprocess.run(["node", str(vite), "build", "--outDir", str(out), "--emptyOutDir",
+                    "--logLevel", "error"], cwd=EXAMPLE, check=True, timeout=300)
+    assert (out / "index.html").is_file()
+    return out
+
+
+def static_site(directory: Path) -> Starlette:
+    """The built page, served from an origin of its own."""
+    return Starlette(routes=[Mount("/", StaticFiles(directory=directory, html=True))])
+
+
+async def ask(page: Page, text: str) -> None:
+    await page.get_by_label("message").fill(text)
+    await page.get_by_role("button", name="Send").click()
+
+
+async def test_use_chat_renders_a_tool_call_and_the_answer(browser: Browser,
+                                                           built_example: Path) -> None:
+    with LiveServer(static_site(built_example)) as static:
+        async with serve(cors_origins="*") as api:
+            api.fake.script = [fake.tool_calls(("example_weather", {"city": "Paris"})),
+                               fake.text("It is sunny in Paris.", chunks=3)]
+            page = await browser.new_page()
+            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-1")
+            await ask(page, "Weather in Paris?")
+            tool = page.locator('[data-testid=tool][data-state="output-available"]')
+            await tool.wait_for(timeout=30_000)
+            assert 'example_weather({"city":"Paris"})' in await tool.inner_text()
+            assert "sunny in Paris" in await tool.inner_text()
+            answer = page.locator("section.assistant p.text")
+            await answer.filter(has_text="It is sunny in Paris.").wait_for(timeout=30_000)
+            await page.get_by_test_id("status").filter(has_text="ready").wait_for()
+            run_id = await page.get_by_test_id("run").inner_text()
+            assert (await api.get(run_id))["status"] == "completed"
+
+
+async def test_a_reload_resumes_the_running_answer(browser: Browser,
+                                                   built_example: Path) -> None:
+    GATE.clear()
+    with LiveServer(static_site(built_example)) as static:
+        async with serve(cors_origins="*") as api:
+            api.fake.script = [fake.tool_calls(("example_gate", {})),
+                               fake.text("The gate opened.")]
+            page = await browser.new_page()
+            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-2")
+            await ask(page, "Wait for the gate")
+            await page.locator('[data-testid=tool][data-state="input-available"]').wait_for(
+                timeout=30_000)
+            await page.reload()  # the page's state is gone; the run is not
+            await page.locator('[data-testid=tool][data-state="input-available"]').wait_for(
+                timeout=30_000)
+            GATE.set()
+            answer = page.locator("section.assistant p.text")
+            await answer.filter(has_text="The gate opened.").wait_for(timeout=30_000)

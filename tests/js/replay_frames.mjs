@@ -1,0 +1,32 @@
+// Feeds a dialect's SSE body (as the server would send it) through the real client's parser:
+//   node replay_frames.mjs '<spec>'   spec: {dialect: "ai-sdk" | "ag-ui", body: "<SSE text>"}
+// ai-sdk: parseJsonEventStream with uiMessageChunkSchema (what DefaultChatTransport runs), then
+//         readUIMessageStream; out {message, errors}
+// ag-ui:  the SSE data lines through verifyEvents (order and open/close rules); out {events, errors}
+import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from 'ai';
+import { verifyEvents } from '@ag-ui/client';
+import { from, lastValueFrom, toArray } from 'rxjs';
+
+const spec = JSON.parse(process.argv[2]);
+const bytes = new TextEncoder().encode(spec.body);
+const out = { message: null, events: [], errors: [] };
+
+if (spec.dialect === 'ai-sdk') {
+  const body = new ReadableStream({ start(c) { c.enqueue(bytes); c.close(); } });
+  const chunks = parseJsonEventStream({ stream: body, schema: uiMessageChunkSchema })
+    .pipeThrough(new TransformStream({ transform(chunk, controller) {
+      if (!chunk.success) throw chunk.error;
+      controller.enqueue(chunk.value);
+    } }));
+  try {
+    for await (const message of readUIMessageStream({ stream: chunks,
+      onError: (err) => out.errors.push(String(err.message)) })) out.message = message;
+  } catch (err) { out.errors.push(`stream: ${err.message}`); }
+} else {
+  const events = spec.body.split('\n').filter((l) => l.startsWith('data:'))
+    .map((l) => JSON.parse(l.slice(5)));
+  try {
+    out.events = await lastValueFrom(from(events).pipe(verifyEvents(), toArray()));
+  } catch (err) { out.errors.push(String(err.message)); }
+}
+console.log(JSON.stringify(out));

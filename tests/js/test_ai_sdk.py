@@ -1,0 +1,194 @@
+"""The real `ai` package (7.x, pinned by package-lock.json) against ``/ai-sdk/chat``.
+
+``ai_sdk_chat.mjs`` sends with the SDK's ``DefaultChatTransport`` (whose stream parser
+validates every chunk with ``uiMessageChunkSchema`` and throws on the first it rejects) and
+builds the message with ``readUIMessageStream``, on both backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+
+from app import runtime
+from providers import fake
+from providers.messages import AssistantMessage, ToolResultMessage, UserMessage
+from tests.api.conftest import Api
+from tests.js.node_client import run_node
+from tool_registry import function
+
+
+@function(toolsets=["aisdk_testing"])
+def aisdk_weather(city: str) -> str:
+    """The weather in a city (test tool)."""
+    return f"sunny in {city}"
+
+
+GATE = threading.Event()
+
+
+@function(toolsets=["aisdk_testing"])
+async def aisdk_gate() -> str:
+    """Waits until the test opens the gate (test tool)."""
+    opened = await asyncio.to_thread(GATE.wait, 30)
+    return "opened" if opened else "timed out"
+
+
+@function(toolsets=["aisdk_testing"])
+async def aisdk_delegate(task: str) -> str:
+    """Runs a nested loop (test tool)."""
+    out = await runtime.exec(task, tools=[])
+    return f"inner said: {out.text}"
+
+
+def user(text: str, id_: str = "u1") -> dict[str, Any]:
+    return {"id": id_, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+async def chat(api: Api, chat_id: str, messages: list[dict[str, Any]],
+               **spec: Any) -> dict[str, Any]:
+    return await run_node("ai_sdk_chat.mjs", {"api": api.url + "/ai-sdk/chat", "action": "send",
+                                              "chatId": chat_id, "messages": messages, **spec},
+                          package="ai")
+
+
+def types(out: dict[str, Any]) -> list[str]:
+    return [c["type"] for c in out["chunks"]]
+
+
+async def test_a_tool_call_with_streamed_arguments_and_the_answer(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_weather", {"city": "Paris"}), arg_chunks=3),
+                       fake.text("It is sunny in Paris.", chunks=3)]
+    out = await chat(api, "chat-1", [user("Weather in Paris?")],
+                     body={"tools": ["aisdk_weather"]})
+    assert out["errors"] == []
+    got = types(out)
+    assert got[:3] == ["start", "start-step", "tool-input-start"]
+    assert got.count("tool-input-delta") == 3
+    assert got[-1] == "finish" and got.count("start-step") == got.count("finish-step") == 2
+    message = out["message"]
+    run_id = message["metadata"]["run_id"]
+    assert message["id"] == run_id and message["metadata"]["stop_reason"] == "stop"
+    tool = message["parts"][1]
+    assert tool["type"] == "tool-aisdk_weather" and tool["state"] == "output-available"
+    assert tool["input"] == {"city": "Paris"}
+    assert tool["output"]["content"] == [{"type": "text", "text": "sunny in Paris"}]
+    assert message["parts"][-1] == {"type": "text", "text": "It is sunny in Paris.",
+                                    "state": "done"}
+    assert [p["type"] for p in message["parts"]] == [
+        "step-start", "tool-aisdk_weather", "step-start", "text"]
+    assert (await api.get(run_id))["metadata"]["chat_id"] == "chat-1"
+
+
+async def test_an_error_run_ends_with_the_sdk_error_chunk(api: Api) -> None:
+    api.fake.script = [fake.error("the model exploded")]
+    out = await chat(api, "chat-err", [user("hi")])
+    assert len(out["errors"]) == 1 and "the model exploded" in out["errors"][0]
+    assert out["chunks"][-1]["finishReason"] == "error"
+    assert out["message"]["metadata"]["stop_reason"] == "error"
+
+
+async def test_a_failed_tool_is_an_output_error_part(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_weather", {"town": "Paris"})),
+                       fake.text("sorry")]
+    out = await chat(api, "chat-tool-err", [user("weather?")], body={"tools": ["aisdk_weather"]})
+    tool = out["message"]["parts"][1]
+    assert tool["state"] == "output-error" and "city" in tool["errorText"]
+
+
+async def test_the_resume_request_replays_and_continues_a_live_run(api: Api) -> None:
+    GATE.clear()
+    api.fake.script = [fake.tool_calls(("aisdk_gate", {})),
+                       fake.text("one two three four five", chunks=5)]
+    body = {"id": "chat-resume", "messages": [user("count")], "tools": ["aisdk_gate"]}
+    async with api.client.stream("POST", "/ai-sdk/chat", json=body) as resp:
+        assert resp.headers["x-vercel-ai-ui-message-stream"] == "v1"
+        async for line in resp.aiter_lines():
+            if '"tool-input-available"' in line:
+                break  # the page reloads mid-answer: the stream closes, the run goes on
+    # the reconnect replays the log; the gate opens once it reads, and the rest comes live
+    out = await run_node("ai_sdk_chat.mjs", {"api": api.url + "/ai-sdk/chat",
+                                             "action": "resume", "chatId": "chat-resume"},
+                         package="ai", on_line=lambda _: GATE.set())
+    assert out["stream"] == "read" and out["errors"] == []
+    assert types(out)[0] == "start" and types(out)[-1] == "finish"
+    assert out["message"]["parts"][-1]["text"] == "one two three four five"
+    run = await api.wait_status(out["message"]["id"], "completed")
+    assert run["result"] == "one two three four five"
+    ended = await run_node("ai_sdk_chat.mjs", {"api": api.url + "/ai-sdk/chat",
+                                               "action": "resume", "chatId": "chat-resume"},
+                           package="ai")
+    assert ended["stream"] == "none"  # 204: nothing active, the SDK stays idle
+
+
+async def test_a_second_request_on_the_chat_continues_the_conversation(api: Api) -> None:
+    api.fake.script = [fake.text("Hello Ada."), fake.text("Your name is Ada.")]
+    first = await chat(api, "chat-2", [user("I am Ada")])
+    history = [user("I am Ada"), first["message"], user("Who am I?", "u2")]
+    second = await chat(api, "chat-2", history)
+    assert second["message"]["parts"][-1]["text"] == "Your name is Ada."
+    sent = api.fake.requests[1].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, UserMessage]
+    assert sent[1].content[0].text == "Hello Ada."  # type: ignore[union-attr]
+    runs = (await api.client.get("/runs", params={"metadata.chat_id": "chat-2"})).json()
+    assert len(runs["runs"]) == 2
+
+
+async def test_tool_history_from_the_ui_message_reaches_the_model(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_weather", {"city": "Oslo"})),
+                       fake.text("Snow."), fake.text("Still snow.")]
+    first = await chat(api, "chat-3", [user("Oslo?")], body={"tools": ["aisdk_weather"]})
+    await chat(api, "chat-3", [user("Oslo?"), first["message"], user("And now?", "u2")],
+               body={"tools": ["aisdk_weather"]})
+    sent = api.fake.requests[2].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, ToolResultMessage,
+                                       AssistantMessage, UserMessage]
+    assert isinstance(sent[2], ToolResultMessage) and sent[2].content[0].text == "sunny in Oslo"  # type: ignore[union-attr]
+
+
+async def test_a_nested_run_shows_as_preliminary_output_of_its_tool(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_delegate", {"task": "inner"})),
+                       fake.text("inner answer"), fake.text("outer answer")]
+    out = await chat(api, "chat-nested", [user("go")], body={"tools": ["aisdk_delegate"]})
+    assert out["errors"] == []
+    previews = [c for c in out["chunks"] if c.get("preliminary")]
+    assert previews and previews[-1]["output"]["parts"] == [
+        {"type": "text", "text": "inner answer", "depth": 1}]
+    tool = out["message"]["parts"][1]
+    assert tool["state"] == "output-available" and "preliminary" not in tool
+    assert tool["output"]["content"][0]["text"] == "inner said: inner answer"
+    assert out["message"]["parts"][-1]["text"] == "outer answer"
+
+
+async def test_stop_leaves_the_run_running_unless_asked_to_cancel(api: Api) -> None:
+    api.fake.script, api.fake.repeat = [fake.hanging("thinking...")], True
+    kept = await chat(api, "chat-stop", [user("go")], stopAfter=4)
+    run_id = kept["chunks"][0]["messageId"]
+    assert (await api.get(run_id))["status"] == "running"
+    await api.client.post(f"/runs/{run_id}/cancel")
+    await api.wait_status(run_id, "cancelled")
+
+    cut = await chat(api, "chat-stop-2", [user("go")], stopAfter=4,
+                     body={"cancel_on_disconnect": True})
+    run = await api.wait_status(cut["chunks"][0]["messageId"], "cancelled", within=20)
+    assert run["stop_reason"] == "aborted"
+
+
+async def test_bad_requests_name_the_field(api: Api) -> None:
+    async def post(body: dict[str, Any]) -> httpx.Response:
+        return await api.client.post("/ai-sdk/chat", json=body)
+
+    last_assistant = await post({"id": "c", "messages": [
+        user("hi"), {"id": "a", "role": "assistant", "parts": []}]})
+    assert last_assistant.status_code == 422
+    assert last_assistant.json()["error"]["field"] == "messages[1].role"
+    unknown = await post({"id": "c", "messages": [user("hi")], "tools": ["nope"]})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "tools[0]"
+    image = await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
+        {"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}]}]})
+    assert image.json()["error"]["field"] == "messages[0].parts[0].url"
+    assert (await post({"id": "../x", "messages": [user("hi")]})).status_code == 422
+    assert (await api.client.get("/ai-sdk/chat/no-such-chat/stream")).status_code == 204
