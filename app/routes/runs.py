@@ -15,6 +15,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import WithJsonSchema
 
 from app import metrics
 from app.approvals.requests import check_hitl
@@ -131,7 +132,8 @@ def _check_cursor(cursor: str | None) -> None:
 @router.get("/runs", response_model=RunList, operation_id="listRuns",
             responses=documented(401, 422, 503))
 async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
-                    status: str | None = None,
+                    status: Annotated[str | None, WithJsonSchema(
+                        {"x-component": "RunStatus"})] = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
                     cursor: str | None = None) -> RunList:
     """The caller's runs, newest first; filter by ``status`` and ``metadata.<key>=<value>``."""

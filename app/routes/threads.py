@@ -45,7 +45,7 @@ async def load_thread(svc: Services, thread_id: str, tenant: str) -> ThreadRecor
 
 @router.post("/threads", operation_id="createThread",
              status_code=201, response_model=Thread,
-             responses=documented(401, 413, 415, 422, 503))
+             responses=documented(400, 401, 413, 415, 422, 503))
 async def create_thread(response: Response, svc: ServicesDep, who: PrincipalDep,
                         body: CreateThread | None = None) -> Thread:
     """A new, idle thread."""

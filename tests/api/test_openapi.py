@@ -98,6 +98,8 @@ async def test_types_formats_and_enums(api_no_worker: Api) -> None:
     assert schema_of(doc, "RunStopReason")["enum"] == ["stop", "max_iterations", "error",
                                                        "aborted"]
     assert run["usage"] == {"$ref": "#/components/schemas/Usage"}
+    status = next(p for p in doc["paths"]["/runs"]["get"]["parameters"] if p["name"] == "status")
+    assert status["schema"] == {"$ref": "#/components/schemas/RunStatus"}
     assert run["messages"]["items"] == {"$ref": "#/components/schemas/Message"}
     end = schema_of(doc, "AgentEnd")
     assert end["properties"]["ts"]["format"] == "date-time"
