@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import orjson
+import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
@@ -16,6 +17,9 @@ from providers import fake
 from tests.api.conftest import Api, serve
 from tests.support.sse_client import read_all
 from tool_registry import function
+
+# runs wait on a worker that shares the machine with other suites (load 10-16 measured)
+pytestmark = pytest.mark.timeout(120)
 
 EVENT = TypeAdapter(Event)
 GATE = threading.Event()
@@ -33,6 +37,17 @@ def chat_body(chat_id: str, text: str, **extra: Any) -> dict[str, Any]:
                                          "parts": [{"type": "text", "text": text}]}], **extra}
 
 
+async def chat_run(api: Api, chat_id: str) -> str:
+    """The id of the chat's run, once the POST that starts it has created it."""
+    async with asyncio.timeout(60):
+        while True:
+            runs = (await api.client.get("/runs", params={"metadata.chat_id": chat_id})
+                    ).json()["runs"]
+            if runs:
+                return str(runs[0]["id"])
+            await asyncio.sleep(0.02)
+
+
 async def sse_data(api: Api, method: str, url: str, **kwargs: Any) -> list[dict[str, Any]]:
     async with api.client.stream(method, url, **kwargs) as resp:
         assert resp.status_code == 200, await resp.aread()
@@ -45,17 +60,12 @@ async def test_one_run_through_three_views(api: Api) -> None:
     api.fake.script = [fake.tool_calls(("dialect_gate", {})), fake.text("all done")]
     ai_sdk = asyncio.create_task(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
         "shared-chat", "go", tools=["dialect_gate"])))
-    runs: list[Any] = []
-    while not runs:  # the run exists once the POST is answered
-        await asyncio.sleep(0.02)
-        runs = (await api.client.get("/runs", params={"metadata.chat_id": "shared-chat"})
-                ).json()["runs"]
-    run_id = runs[0]["id"]
+    run_id = await chat_run(api, "shared-chat")
     native = asyncio.create_task(read_all(api.client, f"/runs/{run_id}/events"))
     ag_ui = asyncio.create_task(sse_data(api, "GET", "/ag-ui/threads/shared-chat/stream"))
-    await api.wait_status(run_id, "running")
+    await api.wait_status(run_id, "running", within=60)
     GATE.set()
-    chunks, frames, events = await asyncio.wait_for(asyncio.gather(ai_sdk, native, ag_ui), 30)
+    chunks, frames, events = await asyncio.wait_for(asyncio.gather(ai_sdk, native, ag_ui), 60)
     assert chunks[0] == {"type": "start", "messageId": run_id,
                          "messageMetadata": {"run_id": run_id,
                                              "events_url": f"/runs/{run_id}/events"}}
@@ -81,13 +91,12 @@ async def test_the_dialects_authenticate_and_keep_tenants_apart() -> None:
         api.fake.script = [fake.tool_calls(("dialect_gate", {})), fake.text("done")]
         started = asyncio.create_task(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
             "alpha-chat", "go", tools=["dialect_gate"])))
-        while not (await api.client.get("/runs")).json()["runs"]:
-            await asyncio.sleep(0.02)
+        await chat_run(api, "alpha-chat")
         beta = {"Authorization": "Bearer key-b"}
         for url in ("/ai-sdk/chat/alpha-chat/stream", "/ag-ui/threads/alpha-chat/stream"):
             assert (await api.client.get(url, headers=beta)).status_code == 204
         GATE.set()
-        assert (await asyncio.wait_for(started, 30))[-1]["type"] == "finish"
+        assert (await asyncio.wait_for(started, 60))[-1]["type"] == "finish"
 
 
 @function(toolsets=["api_testing"], approval=True)
@@ -100,18 +109,13 @@ async def test_a_parked_run_keeps_its_dialect_stream_open_until_answered(api: Ap
     api.fake.script = [fake.tool_calls(("dialect_guarded", {"note": "x"})), fake.text("ok")]
     stream = asyncio.create_task(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
         "parked-chat", "go", tools=["dialect_guarded"])))
-    runs: list[Any] = []
-    while not runs:
-        await asyncio.sleep(0.02)
-        runs = (await api.client.get("/runs", params={"metadata.chat_id": "parked-chat"})
-                ).json()["runs"]
-    run = await api.wait_status(runs[0]["id"], "requires_action", within=20)
+    run = await api.wait_status(await chat_run(api, "parked-chat"), "requires_action", within=60)
     assert not stream.done()
     call_id = run["pending"][0]["tool_call_id"]
     answer = await api.client.post(f"/runs/{run['id']}/approvals",
                                    json={"tool_call_id": call_id, "decision": "approve"})
     assert answer.status_code < 300, answer.text
-    chunks = await asyncio.wait_for(stream, 30)
+    chunks = await asyncio.wait_for(stream, 60)
     outputs = [c for c in chunks if c["type"] == "tool-output-available"]
     assert outputs[0]["output"]["content"][0]["text"] == "approved: x"
     assert chunks[-1]["type"] == "finish"

@@ -24,6 +24,9 @@ from tests.api.conftest import serve
 from tests.support.live_server import LiveServer
 from tool_registry import function
 
+# the module's first test also waits for the example's Vite build; the machine is shared
+pytestmark = pytest.mark.timeout(300)
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ai-sdk-react"
 GATE = threading.Event()
 

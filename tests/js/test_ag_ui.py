@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
@@ -20,6 +21,9 @@ from providers.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tests.api.conftest import Api
 from tests.js.node_client import run_node
 from tests.js.test_ai_sdk import GATE
+
+# several Node processes per test, on a machine shared with other suites (load 10-16 measured)
+pytestmark = pytest.mark.timeout(180)
 
 EVENT = TypeAdapter(Event)
 

@@ -14,6 +14,9 @@ from providers import fake
 from tests.api.conftest import Api
 from tool_registry import function
 
+# a few Node processes per test, on a machine shared with other suites (load 10-16 measured)
+pytestmark = pytest.mark.timeout(120)
+
 
 @function(toolsets=["js_testing"])
 def example_client_weather(city: str) -> str:

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 import httpx
+import pytest
 
 from app import runtime
 from providers import fake
@@ -19,6 +20,9 @@ from providers.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tests.api.conftest import Api
 from tests.js.node_client import run_node
 from tool_registry import function
+
+# several Node processes per test, on a machine shared with other suites (load 10-16 measured)
+pytestmark = pytest.mark.timeout(180)
 
 
 @function(toolsets=["aisdk_testing"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from ag_ui.core import ReasoningMessageContentEvent, TextMessageContentEvent, ToolCallArgsEvent
 from ag_ui.encoder import EventEncoder
 
@@ -37,6 +38,9 @@ from providers.messages import (
     UserMessage,
 )
 from tests.js.node_client import run_node
+
+# a few Node processes per test, on a machine shared with other suites (load 10-16 measured)
+pytestmark = pytest.mark.timeout(120)
 
 RUN = "run_test"
 
