@@ -20,7 +20,7 @@ from redis.exceptions import RedisError, ResponseError
 from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
-from app.backends.redis_cluster import ClusterScripts
+from app.backends.redis_cluster import ClusterScripts, NodeClients
 from app.backends.redis_notify import Notifier
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import encode_record
@@ -87,6 +87,13 @@ class RedisThreads:
     client: Redis | RedisCluster
     notifier: Notifier
     _pipeline: ScriptPipeline | ClusterScripts
+
+    _nodes: NodeClients | None
+
+    def _notes(self) -> str:
+        """The scripts' notes channel: ``al:notify``; '' on a cluster (each note then goes
+        to its run's or thread's shard channel, in the thread's slot)."""
+        return keys.NOTIFY_CHANNEL if self._nodes is None else ""
 
     async def _ensure_group(self) -> None:
         raise NotImplementedError
@@ -174,7 +181,7 @@ class RedisThreads:
             answer = await self._script("DELETE", [
                 *keys.thread_keys(thread_id), *_role_keys(thread_id, active),
                 *_role_keys(thread_id, waiting)],
-                [active, waiting, keys.NOTIFY_CHANNEL, thread_id, int(self.run_ttl), now()])
+                [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
             if answer != b"stale":
                 await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
                 return
@@ -244,7 +251,7 @@ class RedisThreads:
         args: list[Any] = [
             active, waiting, post.tenant, post.multitask,
             post.request_hash if post.idempotency_key is not None else "",
-            int(self.thread_ttl), now(), keys.NOTIFY_CHANNEL, record.id, cand.id, event,
+            int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
             *fields]
         status, payload = await self._script("POST", [
@@ -297,7 +304,7 @@ class RedisThreads:
         status, started = await self._script("SETTLE", [
             *keys.thread_keys(record.id), *_role_keys(record.id, active),
             *_role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
-            [active, waiting, next_id, now(), int(self.thread_ttl), keys.NOTIFY_CHANNEL,
+            [active, waiting, next_id, now(), int(self.thread_ttl), self._notes(),
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()
 
@@ -314,8 +321,8 @@ class RedisThreads:
         """See ``ThreadStore.wait_thread`` (woken by the thread's ``e:<thread>`` notes)."""
         import asyncio
 
-        await self.notifier.ensure_started()
         waiter = self.notifier.events_waiter(thread_id)
+        await self.notifier.follow(thread_id)
         record = await self.get_thread(thread_id)
         if record is None or len(record.runs) > runs:
             return record
