@@ -361,7 +361,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         body = queue_event_body(run_id, "message_queued", item.id, kind)
         run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id)]
         return int(await self._run("ENQUEUE", run_keys, ["", queue_entry(item), body,
-                                                         keys.NOTIFY_CHANNEL, f"e:{run_id}"]))
+                                                         self._channel(run_id), f"e:{run_id}"]))
 
     @_guard
     async def close_queues(self, run_id: str, attempt: int) -> bool:
@@ -387,7 +387,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
                   for kind in ("steer", "follow_up")]
         answer = await self._run("WITHDRAW", [keys.run_key(run_id), *keys.queue_keys(run_id),
                                               keys.events_key(run_id)],
-                                 ["", message_id, *bodies, keys.NOTIFY_CHANNEL, f"e:{run_id}"])
+                                 ["", message_id, *bodies, self._channel(run_id), f"e:{run_id}"])
         answer = answer.decode()
         if answer == "taken":
             raise QueueItemTaken(message_id)

@@ -34,6 +34,7 @@ idempotency keys) are touched by separate commands, never inside a per-run scrip
     al:notify                   channel ``e:<run>`` new events, ``c:<run>`` cancel asked
     al:{<run>}:notes            shard channel: the same notes on Redis Cluster (SPUBLISH), one
                                 per run, so only the processes following the run receive them
+                                (a thread's run: ``al:{<thr>}:<run>:notes``)
 
 On Redis Cluster ``al:jobs`` is one key on one master; redis_cluster.py says why.
 """
@@ -143,8 +144,9 @@ def worker_key(worker: str) -> str:
 
 
 def notes_channel(run_id: str) -> str:
-    """The run's shard channel (Redis Cluster): its notes, in the run's slot."""
-    return f"al:{{{run_id}}}:notes"
+    """The run's shard channel (Redis Cluster): its notes, in the slot of the run's keys (a
+    thread's run: its thread's slot; a script may only publish to a channel of its slot)."""
+    return _prefix(run_id) + "notes"
 
 
 def tenant_runs_key(tenant: str) -> str:

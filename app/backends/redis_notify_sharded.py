@@ -41,6 +41,7 @@ class ShardedNotifier(Notifier):
         await self.ensure_started()
         channel = notes_channel(run_id)
         self._followed[channel] = run_id
+        self._watched[run_id] = asyncio.get_running_loop().time()  # kept WATCH_TTL from now
         await self._feeds.add(channel)
 
     def watch(self, run_id: str) -> int | None:

@@ -11,11 +11,12 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from app.backends import redis_keys as keys
 from app.backends.base import BackendError, FencedOut, RunNotFound, now
 from app.backends.parking_base import DecisionRefused, ParkedState
+from app.backends.redis_scripts import _PUBLISH
 from app.events import ApprovalDecided, encode_event_body, utc_now
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any
             if "NOTFOUND" in text:
                 raise RunNotFound(text) from None
             raise BackendError(text) from exc
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             raise BackendError(f"redis: {exc}") from exc
 
     return wrapper
@@ -72,7 +73,7 @@ return {job, 'parked'}
 """
 
 # KEYS run, parked, decisions, events; ARGV '', call id, decision, type, body, channel, note
-DECIDE = _PRELUDE + """
+DECIDE = _PRELUDE + _PUBLISH + """
 local status = redis.call('HGET', run, 'status')
 if status ~= '"requires_action"' then return {'not_waiting', status} end
 local calls = cjson.decode(redis.call('HGET', KEYS[2], 'calls') or '[]')
@@ -84,7 +85,7 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 local seq = redis.call('HINCRBY', run, 'last_seq', 1)
 local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[5], 2)
 redis.call('XADD', KEYS[4], seq .. '-0', 't', ARGV[4], 'd', data)
-redis.call('PUBLISH', ARGV[6], ARGV[7] .. ':' .. seq .. ':' .. seq .. '\\n' .. seq .. '\\t'
+publish(ARGV[6], ARGV[7] .. ':' .. seq .. ':' .. seq .. '\\n' .. seq .. '\\t'
   .. ARGV[4] .. '\\t' .. data)
 if redis.call('HLEN', KEYS[3]) >= #calls then
   redis.call('HSET', run, 'status', '"queued"')
@@ -114,6 +115,8 @@ class RedisParking:
         _pipeline: ScriptPipeline | ClusterScripts
 
         async def _drop_job(self, entry_id: bytes | str) -> None: ...
+
+        def _channel(self, run_id: str) -> str: ...
 
     async def _park_script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         scripts: dict[str, Any] | None = getattr(self, "_parking_scripts", None)
@@ -147,7 +150,7 @@ class RedisParking:
         answer, status = await self._park_script(
             "DECIDE", [keys.run_key(run_id), keys.parked_key(run_id), keys.decisions_key(run_id),
                        keys.events_key(run_id)],
-            ["", tool_call_id, orjson.dumps(decision), event.type, body, keys.NOTIFY_CHANNEL,
+            ["", tool_call_id, orjson.dumps(decision), event.type, body, self._channel(run_id),
              f"e:{run_id}"])
         answer = answer.decode()
         if answer in ("not_waiting", "unknown_call", "already_decided"):

@@ -30,8 +30,10 @@ local function add_event(stream, type_, body, channel, note)
   local seq = redis.call('HINCRBY', run, 'last_seq', 1)
   local data = '{"seq":' .. seq .. ',' .. string.sub(body, 2)
   redis.call('XADD', stream, seq .. '-0', 't', type_, 'd', data)
-  redis.call('PUBLISH', channel, note .. ':' .. seq .. ':' .. seq .. '\\n' .. seq .. '\\t' ..
-             type_ .. '\\t' .. data)
+  local text = note .. ':' .. seq .. ':' .. seq .. '\\n' .. seq .. '\\t' .. type_ .. '\\t' .. data
+  -- a channel with a hash tag is the run's shard channel (Redis Cluster)
+  if string.find(channel, '{', 1, true) then redis.call('SPUBLISH', channel, text)
+  else redis.call('PUBLISH', channel, text) end
 end
 """
 

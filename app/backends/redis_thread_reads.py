@@ -151,8 +151,8 @@ class RedisThreadReads:
     async def wait_thread(self, thread_id: str, runs: int,
                           timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
         """See ``ThreadStore.wait_thread`` (woken by the thread's ``e:<thread>`` notes)."""
-        await self.notifier.ensure_started()
         waiter = self.notifier.events_waiter(thread_id)
+        await self.notifier.follow(thread_id)  # on a cluster: the thread's shard channel
         record = await self.get_thread(thread_id)
         if record is None or len(record.runs) > runs:
             return record

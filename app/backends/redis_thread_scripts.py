@@ -17,6 +17,15 @@ local function rk(role, i) return KEYS[3 + role * 8 + i] end
 local function terminal(s)
   return s == '"completed"' or s == '"failed"' or s == '"cancelled"'
 end
+local THREAD = string.match(T, '^al:{(.-)}:')
+-- a note; channel '' (Redis Cluster): the shard channel of the run (or thread) ``id``, which
+-- is in this thread's slot (redis_keys.notes_channel)
+local function notify(channel, id, note)
+  if channel ~= '' then return redis.call('PUBLISH', channel, note) end
+  local ch = 'al:{' .. THREAD .. '}:notes'
+  if id ~= THREAD then ch = 'al:{' .. THREAD .. '}:' .. id .. ':notes' end
+  redis.call('SPUBLISH', ch, note)
+end
 local function body_of(v) return string.match(v, '^[^\\t]*\\t(.*)$') end
 local function check(expect_active, expect_next)
   if redis.call('EXISTS', T) == 0 then return 'gone' end
@@ -71,7 +80,7 @@ elseif #left > 0 and status then
 end
 redis.call('HSET', T, 'active_run', start, 'next_run', '', 'updated_at', ARGV[4])
 keep(ARGV[5])
-redis.call('PUBLISH', ARGV[6], 'e:' .. ARGV[7])
+notify(ARGV[6], ARGV[7], 'e:' .. ARGV[7])
 return {'ok', start}
 """
 
@@ -104,7 +113,7 @@ local names = {enqueue = 'queued', steer = 'steered', interrupt = 'interrupted'}
 local outcome
 local function start_candidate()
   create_run(2, ARGV[10], ARGV[11], fstart, nf, pstart, n)
-  redis.call('PUBLISH', ARGV[8], 'e:' .. ARGV[9])
+  notify(ARGV[8], ARGV[9], 'e:' .. ARGV[9])
 end
 if active == '' then
   start_candidate()
@@ -117,7 +126,7 @@ elseif nxt ~= '' then
   outcome = names[policy] .. '|' .. nxt .. '|10|' .. ids
 elseif policy == 'interrupt' then
   redis.call('HSET', rk(0, 1), 'cancel', '1')
-  redis.call('PUBLISH', ARGV[8], 'c:' .. active)
+  notify(ARGV[8], active, 'c:' .. active)
   start_candidate()
   redis.call('HSET', T, 'next_run', ARGV[10])
   outcome = 'interrupted|' .. ARGV[10] .. '|00|' .. ids
@@ -132,7 +141,7 @@ else
       '","type":"message_queued","message_id":"' .. id .. '","kind":"' .. kind ..
       '","depth":0}'
     redis.call('XADD', rk(0, 2), seq .. '-0', 't', 'message_queued', 'd', data)
-    redis.call('PUBLISH', ARGV[8], 'e:' .. active .. ':' .. seq .. ':' .. seq .. '\\n' ..
+    notify(ARGV[8], active, 'e:' .. active .. ':' .. seq .. ':' .. seq .. '\\n' ..
       seq .. '\\tmessage_queued\\t' .. data)
   end
   outcome = names[policy] .. '|' .. active .. '|11|' .. ids
@@ -150,7 +159,7 @@ local bad = check(ARGV[1], ARGV[2])
 if bad then return bad end
 if ARGV[1] ~= '' and redis.call('EXISTS', rk(0, 1)) == 1 then
   redis.call('HSET', rk(0, 1), 'cancel', '1')
-  redis.call('PUBLISH', ARGV[3], 'c:' .. ARGV[1])
+  notify(ARGV[3], ARGV[1], 'c:' .. ARGV[1])
 end
 if ARGV[2] ~= '' and redis.call('EXISTS', rk(1, 1)) == 1 then
   redis.call('HSET', rk(1, 1), 'status', '"cancelled"', 'stop_reason', '"aborted"',
@@ -158,6 +167,6 @@ if ARGV[2] ~= '' and redis.call('EXISTS', rk(1, 1)) == 1 then
   for i = 1, 8 do redis.call('EXPIRE', rk(1, i), ARGV[5]) end
 end
 redis.call('DEL', T, MSGS, RUNS)
-redis.call('PUBLISH', ARGV[3], 'e:' .. ARGV[4])
+notify(ARGV[3], ARGV[4], 'e:' .. ARGV[4])
 return 'ok'
 """

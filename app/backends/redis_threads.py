@@ -14,7 +14,7 @@ from typing import Any
 from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
-from app.backends.redis_cluster import ClusterScripts
+from app.backends.redis_cluster import ClusterScripts, NodeClients
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import encode_record
 from app.backends.redis_thread_reads import RedisThreadReads, guard
@@ -45,6 +45,13 @@ class RedisThreads(RedisThreadReads):
     run_ttl: float
     _pipeline: ScriptPipeline | ClusterScripts
 
+    _nodes: NodeClients | None
+
+    def _notes(self) -> str:
+        """The scripts' notes channel: ``al:notify``; '' on a cluster (each note then goes
+        to its run's or thread's shard channel, in the thread's slot)."""
+        return keys.NOTIFY_CHANNEL if self._nodes is None else ""
+
     async def _ensure_group(self) -> None:
         raise NotImplementedError
 
@@ -73,7 +80,7 @@ class RedisThreads(RedisThreadReads):
             answer = await self._script("DELETE", [
                 *keys.thread_keys(thread_id), *role_keys(thread_id, active),
                 *role_keys(thread_id, waiting)],
-                [active, waiting, keys.NOTIFY_CHANNEL, thread_id, int(self.run_ttl), now()])
+                [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
             if answer != b"stale":
                 await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
                 return
@@ -115,7 +122,7 @@ class RedisThreads(RedisThreadReads):
         args: list[Any] = [
             active, waiting, post.tenant, post.multitask,
             post.request_hash if post.idempotency_key is not None else "",
-            int(self.thread_ttl), now(), keys.NOTIFY_CHANNEL, record.id, cand.id, event,
+            int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
             *fields]
         status, payload = await self._script("POST", [
@@ -168,7 +175,7 @@ class RedisThreads(RedisThreadReads):
         status, started = await self._script("SETTLE", [
             *keys.thread_keys(record.id), *role_keys(record.id, active),
             *role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
-            [active, waiting, next_id, now(), int(self.thread_ttl), keys.NOTIFY_CHANNEL,
+            [active, waiting, next_id, now(), int(self.thread_ttl), self._notes(),
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()
 

@@ -26,10 +26,11 @@ CALLS = [{"tool_call_id": "c1", "tool_name": "t", "args": {}, "kind": "approval"
           "index": 1}]
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    b = make_backend(url, lease=5.0, run_ttl=3600)
+    url = {"memory": None, "redis": "redis_url", "cluster": "cluster_url"}[request.param]
+    b = make_backend(url and request.getfixturevalue(url), lease=5.0, run_ttl=3600,
+                     **({"cluster": True} if request.param == "cluster" else {}))
     await b.start()
     try:
         yield b

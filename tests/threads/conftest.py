@@ -136,10 +136,10 @@ class ThreadApi:
 async def serve_threads(kind: str, redis: str | None = None, **overrides: Any
                         ) -> AsyncIterator[ThreadApi]:
     provider = EchoProvider()
-    if kind == "redis":
+    if kind in ("redis", "cluster"):
         from app.backends import make_backend
 
-        store: Any = make_backend(redis, lease=5.0, run_ttl=3600)
+        store: Any = make_backend(redis, lease=5.0, run_ttl=3600, cluster=kind == "cluster")
     else:
         store = MemoryBackend(lease=5.0)
     app = create_app(make_settings(**overrides), backend=store,
@@ -151,9 +151,11 @@ async def serve_threads(kind: str, redis: str | None = None, **overrides: Any
             yield ThreadApi(server.url, client, provider, store, server, kind)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def tapi(request: pytest.FixtureRequest) -> AsyncIterator[ThreadApi]:
-    """The server with an embedded worker and the echo provider, on each backend."""
-    redis = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    """The server with an embedded worker and the echo provider, on each backend (a thread
+    and its runs share one slot on the cluster)."""
+    url = {"memory": None, "redis": "redis_url", "cluster": "cluster_url"}[request.param]
+    redis = request.getfixturevalue(url) if url else None
     async with serve_threads(request.param, redis) as running:
         yield running
