@@ -33,7 +33,11 @@ class LiveServer:
         self.port = free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 loop="none", http="httptools", lifespan="on",
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2,
+                                # a starved client thread can take seconds to reuse an idle
+                                # connection: uvicorn's 5 s close racing that reuse is a
+                                # ReadError that says nothing about the code under test
+                                timeout_keep_alive=120)
         self.server = uvicorn.Server(config)
         self.loop = uvloop.new_event_loop()  # what `agentloop serve` runs on
         self._thread = threading.Thread(target=self._run, daemon=True)
