@@ -66,9 +66,17 @@ async def tools_loaded(page: Page) -> None:
 async def start_run(page: Page, text: str) -> None:
     await page.fill("#message", text)
     await page.click("#send")
-    # the run is shown (a quick one may already have ended: its cancel button gone again)
-    # (a page condition polled as a string would be an eval, which the page's CSP refuses)
-    await page.wait_for_url(lambda url: "#run=run_" in url, timeout=WAIT)
+    # the conversation is shown (a quick run may already have ended: its cancel button gone
+    # again) (a page condition polled as a string would be an eval, which the page's CSP
+    # refuses)
+    await page.wait_for_url(lambda url: "#thread=" in url, timeout=WAIT)
+    await page.wait_for_selector("#event-log li[data-type=run_created]", state="attached",
+                                 timeout=WAIT)
+
+
+async def current_run(page: Page) -> str:
+    """The id of the run the page shows (a conversation's active or last run)."""
+    return str(await page.evaluate("() => window.playground.run.id"))
 
 
 async def event_seqs(page: Page) -> list[int]:
