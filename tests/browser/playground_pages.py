@@ -3,7 +3,8 @@ console error and CSP violation (a page that works only because an error went un
 working).
 
 ``pg_slow`` waits on ``GATE`` (polled, so a cancel stops it at once); ``pg_delegate`` runs a
-nested loop. Both live in the ``playground_testing`` toolset.
+nested loop; ``pg_guarded`` needs a person's approval. All live in the ``playground_testing``
+toolset.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ async def pg_delegate(task: str) -> str:
     """
     out = await runtime.exec(task)
     return f"inner said: {out.text}"
+
+
+@function(toolsets=["playground_testing"], approval=True)
+async def pg_guarded(target: str) -> str:
+    """Changes something only after a person approved the call (test tool).
+
+    Args:
+        target: what it changes
+    """
+    return f"guarded work on {target} done"
 
 
 async def open_page(browser: Browser, url: str, **context: Any) -> tuple[BrowserContext, Page]:
