@@ -1,12 +1,12 @@
 // app.js: the playground page: wires the client, the transcript and the panels together.
 
-import {ApiError, Client, ENDED} from './agentloop.js';
+import {Access} from './access.js';
+import {Client, ENDED} from './agentloop.js';
 import {el} from './dom.js';
-import {QueuePanel, RunList, ToolPicker, askKey} from './panels.js';
+import {QueuePanel, RunList, ToolPicker} from './panels.js';
 import {Transcript} from './transcript.js';
 
 const $ = (id) => document.getElementById(id);
-const KEY = 'agentloop.key';  // sessionStorage: typed once, kept while the tab lives
 const THREAD = 'agentloop.thread';
 const RUN = 'agentloop.run';
 const STATUS_AFTER = {stop: 'completed', max_iterations: 'completed', error: 'failed',
@@ -14,7 +14,8 @@ const STATUS_AFTER = {stop: 'completed', max_iterations: 'completed', error: 'fa
 
 class Playground {
   constructor() {
-    this.client = new Client({apiKey: sessionStorage.getItem(KEY)});
+    this.client = new Client();
+    this.access = new Access(this.client);  // errors shown, the key asked for on a 401
     this.tools = new ToolPicker($('tools'));
     this.runs = new RunList($('runs'), (run) => this.openListed(run));
     this.queue = new QueuePanel($('queue'), $('queue-list'), (id) => this.withdraw(id));
@@ -232,30 +233,8 @@ class Playground {
     $('run-status').dataset.state = state;
   }
 
-  /** An API call; a 401 asks for the key (kept in sessionStorage) and tries again. */
-  async call(action) {
-    try {
-      $('error').hidden = true;
-      return await action();
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 401) {
-        const key = await askKey($('key-dialog'));
-        if (key) {
-          sessionStorage.setItem(KEY, key);
-          this.client.apiKey = key;
-          $('forget-key').hidden = false;
-          return this.call(action);
-        }
-      }
-      this.showError(error);
-      throw error;
-    }
-  }
-
-  showError(error) {
-    $('error').textContent = error.field ? `${error.message} (${error.field})` : error.message;
-    $('error').hidden = false;
-  }
+  call(action) { return this.access.call(action); }
+  showError(error) { this.access.showError(error); }
 
   bindControls() {
     const submit = () => {
@@ -274,12 +253,6 @@ class Playground {
     $('cancel').addEventListener('click', () => this.cancel());
     $('new-run').addEventListener('click', () => this.reset());
     $('refresh-runs').addEventListener('click', () => this.refreshRuns());
-    $('forget-key').hidden = !this.client.apiKey;
-    $('forget-key').addEventListener('click', () => {
-      sessionStorage.removeItem(KEY);
-      this.client.apiKey = null;
-      $('forget-key').hidden = true;
-    });
   }
 }
 
