@@ -56,5 +56,12 @@ async def test_two_turns_share_one_thread_and_survive_a_reload(browser: Browser)
         await turns_ended(page, 2)
         assert page.url.endswith(f"#thread={thread_id}")
         assert len(api.fake.requests) == 2
+
+        await page.click("#new-run")  # a new conversation: nothing on screen, no thread
+        await page.wait_for_selector("#transcript .hint", timeout=WAIT)
+        assert "#thread=" not in page.url
+        await page.click(f"#runs [data-run='{thread['runs'][0]}']")  # a run of the thread
+        await turns_ended(page, 2)  # opens its whole conversation
+        assert page.url.endswith(f"#thread={thread_id}") and await ids(page) == before
         assert page.problems == []  # type: ignore[attr-defined]
         await context.close()  # the thread's stream never ends by itself
