@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "browser.md"
-BLOCK = re.compile(r"(<!-- code: (?P<ref>[^ ]+) -->\n)```(?P<lang>\w*)\n.*?\n```\n", re.S)
+# (an empty block, a new one waiting to be filled, must not swallow the blocks after it)
+BLOCK = re.compile(r"(<!-- code: (?P<ref>[^ ]+) -->\n)```(?P<lang>\w*)\n(?:.*?\n)??```\n", re.S)
 
 
 def excerpt(ref: str, root: Path = ROOT) -> str:

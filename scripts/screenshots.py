@@ -4,7 +4,8 @@
 The model is the tests' scripted fake provider (labelled ``fake:scripted`` on the page), so
 the pictures are the same every time and need no key or network: a run whose first pick (a
 slow code search) is steered, its second pick skipped, a nested loop under its tool call and
-the final answer; once live with the steer queued, once finished, once on a phone.
+the final answer; once live with the steer queued, once finished, once on a phone; and a
+pick of a tool that needs approval, waiting for the person's Approve or Deny.
 
     .venv/bin/python scripts/screenshots.py
 """
@@ -57,6 +58,22 @@ async def summarize(task: str) -> str:
     return (await runtime.exec(task)).text
 
 
+@function(toolsets=["screenshots"], approval=True)
+async def delete_branch(name: str) -> str:
+    """Deletes a git branch (asks a person first).
+
+    Args:
+        name: the branch
+    """
+    return f"deleted {name}"
+
+
+APPROVAL_SCRIPT = [
+    fake.tool_calls(("delete_branch", {"name": "feature/old-ui"}),
+                    text_before="It is merged into main; I'll delete it."),
+    fake.text("Deleted feature/old-ui."),
+]
+
 SCRIPT = [
     fake.tool_calls(("search_code", {"pattern": "TODO", "path": "src/"}),
                     ("search_code", {"pattern": "TODO", "path": "tests/"}),
@@ -71,8 +88,8 @@ SCRIPT = [
 ]
 
 
-def serve() -> tuple[LiveServer, fake.FakeProvider]:
-    provider = fake.FakeProvider(script=list(SCRIPT))
+def serve(script: list[fake.ScriptItem] = SCRIPT) -> tuple[LiveServer, fake.FakeProvider]:
+    provider = fake.FakeProvider(script=list(script))
     settings = Settings(_env_file=None, default_model="fake:scripted",  # type: ignore[call-arg]
                         log_format="text", log_level="WARNING")
     app = create_app(settings, backend=MemoryBackend(),
@@ -113,6 +130,24 @@ async def steered_run(page: Page, url: str, shots: dict[str, str]) -> None:
     await page.screenshot(path=OUT / shots["done"])
 
 
+async def waiting_pick(browser: Browser, url: str) -> None:
+    """A conversation whose pick of ``delete_branch`` waits for Approve or Deny."""
+    context = await browser.new_context(viewport={"width": 1280, "height": 600})
+    page = await context.new_page()
+    await page.goto(url + "/")
+    await page.wait_for_selector("#tools input[value=delete_branch]", state="attached",
+                                 timeout=WAIT)
+    await page.check("#tools input[value=delete_branch]")
+    await page.fill("#message", "Delete the branch feature/old-ui if it is merged.")
+    await page.click("#send")
+    await page.wait_for_selector(".ask.approval button.approve", timeout=WAIT)
+    await page.evaluate("window.scrollTo(0, 0)")
+    await page.screenshot(path=OUT / "playground-approval.png")
+    await page.click(".ask button.approve")
+    await page.wait_for_selector(".end:text('run ended: stop')", timeout=WAIT)
+    await context.close()
+
+
 async def shoot(browser: Browser, url: str, viewport: dict[str, int], shots: dict[str, str],
                 **options: object) -> None:
     GATE.clear()
@@ -133,6 +168,9 @@ async def main() -> None:
             server, _ = serve()
             with server:
                 await shoot(browser, server.url, viewport, shots, **options)
+        server, _ = serve(APPROVAL_SCRIPT)
+        with server:
+            await waiting_pick(browser, server.url)
         await browser.close()
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
 

@@ -27,7 +27,7 @@ def guide_script() -> ModuleType:
 def test_every_code_block_is_byte_identical_to_the_playground_file() -> None:
     text = GUIDE.read_text()
     assert guide_script().render(text) == text, "run scripts/browser_guide.py"
-    for whole in ("agentloop.js", "transcript.js", "dom.js"):
+    for whole in ("agentloop.js", "transcript.js", "asks.js", "dom.js"):
         assert (ROOT / "app" / "static" / whole).read_text() in text, whole
     for region in ("create", "open", "steer"):
         assert f"<!-- code: app/static/app.js#{region} -->" in text
@@ -47,3 +47,12 @@ def test_the_script_checks_from_the_command_line() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "browser_guide.py"),
                            "--check"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_an_empty_block_is_filled_without_swallowing_the_next_ones() -> None:
+    guide = ("<!-- code: app/static/dom.js -->\n```js\n```\n\nprose between\n\n"
+             "<!-- code: app/static/app.js#answer -->\n```js\nstale\n```\nthe end\n")
+    rendered = guide_script().render(guide)
+    assert "prose between\n" in rendered and rendered.endswith("```\nthe end\n")
+    assert "export function el(" in rendered and "answer(event, {kind, ...body})" in rendered
+    assert "stale" not in rendered

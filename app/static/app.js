@@ -1,23 +1,26 @@
 // app.js: the playground page: wires the client, the transcript and the panels together.
 
-import {ApiError, Client, ENDED} from './agentloop.js';
+import {Access} from './access.js';
+import {Client, ENDED} from './agentloop.js';
 import {el} from './dom.js';
-import {QueuePanel, RunList, ToolPicker, askKey} from './panels.js';
+import {QueuePanel, RunList, ToolPicker} from './panels.js';
 import {Transcript} from './transcript.js';
 
 const $ = (id) => document.getElementById(id);
-const KEY = 'agentloop.key';  // sessionStorage: typed once, kept while the tab lives
+const THREAD = 'agentloop.thread';
 const RUN = 'agentloop.run';
 const STATUS_AFTER = {stop: 'completed', max_iterations: 'completed', error: 'failed',
   aborted: 'cancelled'};
 
 class Playground {
   constructor() {
-    this.client = new Client({apiKey: sessionStorage.getItem(KEY)});
+    this.client = new Client();
+    this.access = new Access(this.client);  // errors shown, the key asked for on a 401
     this.tools = new ToolPicker($('tools'));
-    this.runs = new RunList($('runs'), (id) => this.open(id));
+    this.runs = new RunList($('runs'), (run) => this.openListed(run));
     this.queue = new QueuePanel($('queue'), $('queue-list'), (id) => this.withdraw(id));
-    this.run = null;
+    this.thread = null;  // the conversation on screen (null: a lone run, or nothing yet)
+    this.run = null;     // its active (or last) run
     this.bindControls();
   }
 
@@ -26,43 +29,68 @@ class Playground {
       for (const id of ['settings', 'recent']) $(id).open = false;
     }
     this.tools.show(await this.call(() => this.client.listTools()));
-    const id = new URLSearchParams(location.hash.slice(1)).get('run')
-      ?? sessionStorage.getItem(RUN);
-    if (id) await this.open(id);
+    const hash = new URLSearchParams(location.hash.slice(1));
+    const thread = hash.get('thread') ?? (hash.get('run') ? null : sessionStorage.getItem(THREAD));
+    const run = hash.get('run') ?? sessionStorage.getItem(RUN);
+    if (thread) await this.openThread(thread);
+    else if (run) await this.open(run);
     else this.reset();
     await this.refreshRuns();
   }
 
   // #region create
-  /** Start a run with the message, the model and the tools chosen on the page. */
-  async create(text) {
-    const body = {input: text, metadata: {title: text.slice(0, 80), source: 'playground'}};
+  /** Send the message, with the model and the tools chosen on the page, as the next turn of
+   * the conversation (a thread: created with the first message). While a run is active,
+   * `multitask` says what the message does to it: 'enqueue' (a follow-up) or 'steer'. */
+  async create(text, multitask = 'enqueue') {
+    const body = {input: text, multitask,
+      metadata: {title: text.slice(0, 80), source: 'playground'}};
     const model = $('model').value.trim();
     if (model) body.model = model;                // unset: the server's default model
     const tools = this.tools.chosen();
     if (tools) body.tools = tools;                // unset: the server's default menu
-    const run = await this.call(() => this.client.createRun(body));
-    this.show(run);
+    if (!this.thread) {
+      const thread = await this.call(() => this.client.createThread({source: 'playground'}));
+      this.showThread(thread);
+    }
+    const run = await this.call(() => this.client.postToThread(this.thread.id, body));
+    if (!run.multitask?.queued) this.run = run;  // a run of its own; else it joined this.run
+    this.refreshQueue();
     this.refreshRuns();
+    return run;
   }
   // #endregion create
 
   // #region open
-  /** Show run `id`, live or ended. A reload lands here: the run id comes back from the URL
-   * (or sessionStorage), `GET /runs/{id}` renews the stream token, and the transcript is
-   * rebuilt from the log's first event, then follows the run live. */
+  /** Show thread `id`, the whole conversation. A reload lands here: the thread id comes back
+   * from the URL (or sessionStorage), `GET /threads/{id}` renews the stream token, and the
+   * transcript is rebuilt from the thread's first event, run after run, then follows it live.
+   */
+  async openThread(id) {
+    this.showThread(await this.call(() => this.client.getThread(id)));
+  }
+
+  showThread(thread) {
+    this.clear();
+    this.thread = thread;
+    this.remember(THREAD, `thread=${thread.id}`, thread.id);
+    this.run = thread.active_run ? {id: thread.active_run, model: ''} : null;
+    this.setLive(Boolean(thread.active_run), this.run);
+    this.stream = this.client.subscribeThread(thread, {
+      onEvent: (event, position) => this.onEvent(event, position),
+      onError: (error) => this.showError(error),
+    });
+  }
+
+  /** Show run `id` alone (a run posted to `/runs` without a thread), live or ended. */
   async open(id) {
     this.show(await this.call(() => this.client.getRun(id)));
   }
 
   show(run) {
-    this.stream?.close();
+    this.clear();
     this.run = run;
-    sessionStorage.setItem(RUN, run.id);
-    history.replaceState(null, '', `#run=${run.id}`);
-    $('transcript').replaceChildren();
-    $('event-log').replaceChildren();
-    this.transcript = new Transcript($('transcript'));
+    this.remember(RUN, `run=${run.id}`, run.id);
     this.setLive(!ENDED.includes(run.status), run);
     this.stream = this.client.subscribe(run, {
       after: 0,
@@ -74,17 +102,43 @@ class Playground {
   }
   // #endregion open
 
-  onEvent(event) {
+  openListed(run) {
+    return run.thread_id ? this.openThread(run.thread_id) : this.open(run.id);
+  }
+
+  /** Keep what is on screen in the URL and the tab's sessionStorage (one of the two kinds). */
+  remember(key, fragment, id) {
+    for (const other of [THREAD, RUN]) sessionStorage.removeItem(other);
+    sessionStorage.setItem(key, id);
+    history.replaceState(null, '', `#${fragment}`);
+  }
+
+  clear() {
+    this.stream?.close();
+    this.thread = null;
+    $('transcript').replaceChildren();
+    $('event-log').replaceChildren();
+    $('event-count').textContent = '';
+    this.transcript = new Transcript($('transcript'), {
+      answer: (event, body) => this.answer(event, body)});
+  }
+
+  onEvent(event, position) {
     const follow = nearBottom();
     this.transcript.apply(event);
-    this.logEvent(event);
+    this.logEvent(event, position);
+    if (event.type === 'run_created' && this.thread) {  // the thread's next run is active
+      this.run = {id: event.run_id, model: event.model, status: 'queued'};
+      this.setLive(true, this.run);
+    }
     const user = event.type === 'message_start' && event.message.role === 'user';
     if (this.live && (user || event.type === 'message_queued'
                       || event.type === 'message_withdrawn')) this.refreshQueue();
     if (event.type === 'agent_end' && event.depth === 0) {  // the run's status follows it
       this.run = {...this.run, status: STATUS_AFTER[event.stop_reason] ?? 'completed'};
       this.setLive(false, this.run);
-    }
+      if (this.thread) this.onEnd(this.run);
+    } else if (this.live) this.setLive(true, this.run);  // waiting for a person, or not
     if (follow) window.scrollTo({top: document.documentElement.scrollHeight});
   }
 
@@ -95,21 +149,36 @@ class Playground {
     this.refreshRuns();
   }
 
-  logEvent(event) {
+  // #region answer
+  /** A person's answer to a pick the run waits for: an approval or a client tool's result.
+   * The run goes on once every waiting pick of its turn is answered. */
+  answer(event, {kind, ...body}) {
+    const runId = event.run_id ?? this.run.id;
+    return this.call(() => (kind === 'result'
+      ? this.client.sendToolResult(runId, event.tool_call_id, body)
+      : this.client.decide(runId, event.tool_call_id, body)));
+  }
+  // #endregion answer
+
+  logEvent(event, position = String(event.seq)) {
     const where = event.depth ? ` · depth ${event.depth}` : '';
-    $('event-log').append(el('li', {'data-seq': event.seq, 'data-type': event.type},
-      `${event.seq} ${event.type}${where}`));
-    $('event-count').textContent = String(event.seq);
+    $('event-log').append(el('li', {'data-seq': event.seq, 'data-id': position,
+      'data-run': event.run_id, 'data-type': event.type}, `${position} ${event.type}${where}`));
+    $('event-count').textContent = String($('event-log').childElementCount);
   }
 
   // #region steer
-  /** Steer the live run (`kind` 'steer') or queue a follow-up ('follow_up'). */
+  /** Steer the active run (`kind` 'steer') or queue a follow-up ('follow_up'): in a
+   * conversation, a post to the thread with that `multitask`; a lone run, its own queues. */
   async enqueue(kind) {
     const text = $('message').value.trim();
     if (!text || !this.run) return;
     const id = this.run.id;
-    await this.call(() => (kind === 'steer' ? this.client.steer(id, text)
-      : this.client.followUp(id, text)));
+    if (this.thread) await this.create(text, kind === 'steer' ? 'steer' : 'enqueue');
+    else {
+      await this.call(() => (kind === 'steer' ? this.client.steer(id, text)
+        : this.client.followUp(id, text)));
+    }
     $('message').value = '';
     this.refreshQueue();
   }
@@ -137,15 +206,15 @@ class Playground {
     $('models').replaceChildren(...[...models].map((model) => el('option', {value: model})));
   }
 
+  /** A new conversation: the next message creates its thread. */
   reset() {
-    this.stream?.close();
+    this.clear();
     this.run = null;
-    sessionStorage.removeItem(RUN);
+    for (const key of [THREAD, RUN]) sessionStorage.removeItem(key);
     history.replaceState(null, '', location.pathname);
     $('transcript').replaceChildren(el('p', {class: 'hint'},
-      'Type a message to start a run. Name a tool in it and the demo model calls that tool.'));
-    $('event-log').replaceChildren();
-    $('event-count').textContent = '';
+      'Type a message to start a conversation. Name a tool in it and the demo model calls '
+      + 'that tool.'));
     this.queue.show([]);
     this.setLive(false, null);
   }
@@ -155,36 +224,17 @@ class Playground {
     for (const id of ['steer', 'follow-up', 'cancel']) $(id).hidden = !live;
     $('send').hidden = live;
     $('message').placeholder = live ? 'Steer the run, or queue a follow-up'
-      : 'Type a message to start a new run';
-    const status = !run ? 'no run' : live ? 'running' : (run.status ?? 'ended');
-    $('run-status').textContent = run ? `${status} · ${run.model}` : status;
-    $('run-status').dataset.state = live ? 'running' : (run?.status ?? 'idle');
+      : this.thread ? 'Your next message' : 'Type a message to start a conversation';
+    const waiting = live && this.transcript?.waiting() > 0;
+    const state = waiting ? 'requires_action' : live ? 'running' : (run?.status ?? 'idle');
+    const status = !run ? 'no run' : waiting ? 'waiting for you'
+      : live ? 'running' : (run.status ?? 'ended');
+    $('run-status').textContent = run?.model ? `${status} · ${run.model}` : status;
+    $('run-status').dataset.state = state;
   }
 
-  /** An API call; a 401 asks for the key (kept in sessionStorage) and tries again. */
-  async call(action) {
-    try {
-      $('error').hidden = true;
-      return await action();
-    } catch (error) {
-      if (error instanceof ApiError && error.status === 401) {
-        const key = await askKey($('key-dialog'));
-        if (key) {
-          sessionStorage.setItem(KEY, key);
-          this.client.apiKey = key;
-          $('forget-key').hidden = false;
-          return this.call(action);
-        }
-      }
-      this.showError(error);
-      throw error;
-    }
-  }
-
-  showError(error) {
-    $('error').textContent = error.field ? `${error.message} (${error.field})` : error.message;
-    $('error').hidden = false;
-  }
+  call(action) { return this.access.call(action); }
+  showError(error) { this.access.showError(error); }
 
   bindControls() {
     const submit = () => {
@@ -203,12 +253,6 @@ class Playground {
     $('cancel').addEventListener('click', () => this.cancel());
     $('new-run').addEventListener('click', () => this.reset());
     $('refresh-runs').addEventListener('click', () => this.refreshRuns());
-    $('forget-key').hidden = !this.client.apiKey;
-    $('forget-key').addEventListener('click', () => {
-      sessionStorage.removeItem(KEY);
-      this.client.apiKey = null;
-      $('forget-key').hidden = true;
-    });
   }
 }
 

@@ -22,7 +22,7 @@ export class ToolPicker {
   }
 }
 
-/** The newest runs, each a button that opens it; `models` collects the models they used. */
+/** The newest runs, each a button that opens it (its conversation, for a thread's run). */
 export class RunList {
   constructor(root, onOpen) { Object.assign(this, {root, onOpen}); }
 
@@ -38,7 +38,7 @@ export class RunList {
       el('span', {class: `dot ${run.status}`, title: run.status}),
       el('span', {class: 'run-title'}, title),
       el('span', {class: 'run-meta'}, `${run.status} · ${when}`));
-    open.addEventListener('click', () => this.onOpen(run.id));
+    open.addEventListener('click', () => this.onOpen(run));
     return el('li', {class: current ? 'current' : null}, open);
   }
 }

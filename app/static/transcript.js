@@ -1,17 +1,30 @@
 // transcript.js: renders a run's events into the DOM as they arrive (text as it streams, tool
-// calls with their arguments as they stream, results, errors, nested runs under their call).
+// calls with their arguments as they stream, results, errors, nested runs under their call,
+// picks waiting for a person with their Approve / Deny buttons or result box).
 
+import {askBox, decisionText} from './asks.js';
 import {el} from './dom.js';
 
-/** One run's transcript in `root`; feed it every event in order with `apply(event)`. */
+/** A transcript in `root` of one run, or of a thread's runs one after another; feed it every
+ * event in order with `apply(event)`. `answer(event, body)` posts a person's answer to an
+ * `approval_requested` / `client_tool_requested` event (see asks.js). */
 export class Transcript {
-  constructor(root) {
-    this.root = root;
-    this.loops = new Map([['', root]]);  // parent tool call id ('' at depth 0) -> container
+  constructor(root, {answer = () => Promise.resolve()} = {}) {
+    Object.assign(this, {root, answer});
+    this.startRun();
+  }
+
+  /** Per-run state: tool call ids and queues are the run's own. */
+  startRun() {
+    this.loops = new Map([['', this.root]]);  // parent tool call id ('' at depth 0) -> container
     this.replies = new Map();            // container -> the assistant reply streaming into it
     this.calls = new Map();              // tool call id -> its card
     this.pending = [];                   // kinds of queued messages, oldest first
+    this.seenPrompt = false;
   }
+
+  /** The picks still waiting for an answer (their boxes on screen). */
+  waiting() { return this.root.querySelectorAll('.ask').length; }
 
   apply(event) {
     const handler = this[`on_${event.type}`];  // types it does not know are ignored
@@ -32,7 +45,11 @@ export class Transcript {
     container.append(el('div', {class: kind}, text));
   }
 
-  on_run_created(e, box) { this.note(box, `run ${e.run_id} queued · ${e.model}`); }
+  on_run_created(e, box) {
+    if (this.seenPrompt) this.startRun();  // the thread's next run
+    this.note(this.root, `run ${e.run_id} queued · ${e.model}`);
+  }
+
   on_run_resumed(e, box) { this.note(box, `resumed by ${e.worker} (attempt ${e.attempt})`); }
   on_turn_start(e, box) { if (e.turn > 1) this.note(box, `turn ${e.turn}`, 'turn'); }
 
@@ -137,6 +154,28 @@ export class Transcript {
     card.classList.add(state);
     card.querySelector('.tool-state').textContent = state === 'failed' ? 'error' : state;
     card.querySelector('.result').textContent = text;
+    card.querySelector('.ask')?.remove();  // answered, skipped by a steer, or cancelled
+  }
+
+  on_approval_requested(e, box) { this.ask(e, box); }
+  on_client_tool_requested(e, box) { this.ask(e, box); }
+
+  ask(e, box) {
+    const card = this.calls.get(e.tool_call_id) ?? this.toolCard(box, e.tool_call_id, e.tool_name);
+    this.showArgs(e.tool_call_id, e.args);
+    card.classList.add('waiting');
+    card.querySelector('.tool-state').textContent = e.type === 'approval_requested'
+      ? 'needs approval' : 'waiting for the page';
+    card.querySelector('.result').before(askBox(e, this.answer));
+  }
+
+  on_approval_decided(e) {
+    const card = this.calls.get(e.tool_call_id);
+    if (!card) return;
+    card.querySelector('.ask')?.remove();
+    card.classList.remove('waiting');
+    card.querySelector('.tool-state').textContent = decisionText(e);
+    card.querySelector('.result').before(el('div', {class: 'decision'}, decisionText(e)));
   }
 
   on_agent_end(e, box) {

@@ -21,7 +21,8 @@ async def test_the_page_and_its_modules_are_served_with_a_strict_csp() -> None:
         assert page.headers["content-security-policy"] == CSP
         assert page.headers["x-content-type-options"] == "nosniff"
         assert page.content == (STATIC / "index.html").read_bytes()
-        for name in ("agentloop.js", "app.js", "transcript.js", "panels.js", "dom.js"):
+        for name in ("agentloop.js", "app.js", "transcript.js", "panels.js", "dom.js", "asks.js",
+                     "access.js"):
             module = await api.client.get(f"/static/{name}")
             assert module.status_code == 200
             assert module.headers["content-type"] == "text/javascript; charset=utf-8"

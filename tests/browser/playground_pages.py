@@ -3,7 +3,8 @@ console error and CSP violation (a page that works only because an error went un
 working).
 
 ``pg_slow`` waits on ``GATE`` (polled, so a cancel stops it at once); ``pg_delegate`` runs a
-nested loop. Both live in the ``playground_testing`` toolset.
+nested loop; ``pg_guarded`` needs a person's approval. All live in the ``playground_testing``
+toolset.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ async def pg_delegate(task: str) -> str:
     return f"inner said: {out.text}"
 
 
+@function(toolsets=["playground_testing"], approval=True)
+async def pg_guarded(target: str) -> str:
+    """Changes something only after a person approved the call (test tool).
+
+    Args:
+        target: what it changes
+    """
+    return f"guarded work on {target} done"
+
+
 async def open_page(browser: Browser, url: str, **context: Any) -> tuple[BrowserContext, Page]:
     """A fresh context (its own sessionStorage) on the playground at ``url``."""
     ctx = await browser.new_context(**context)
@@ -66,9 +77,17 @@ async def tools_loaded(page: Page) -> None:
 async def start_run(page: Page, text: str) -> None:
     await page.fill("#message", text)
     await page.click("#send")
-    # the run is shown (a quick one may already have ended: its cancel button gone again)
-    # (a page condition polled as a string would be an eval, which the page's CSP refuses)
-    await page.wait_for_url(lambda url: "#run=run_" in url, timeout=WAIT)
+    # the conversation is shown (a quick run may already have ended: its cancel button gone
+    # again) (a page condition polled as a string would be an eval, which the page's CSP
+    # refuses)
+    await page.wait_for_url(lambda url: "#thread=" in url, timeout=WAIT)
+    await page.wait_for_selector("#event-log li[data-type=run_created]", state="attached",
+                                 timeout=WAIT)
+
+
+async def current_run(page: Page) -> str:
+    """The id of the run the page shows (a conversation's active or last run)."""
+    return str(await page.evaluate("() => window.playground.run.id"))
 
 
 async def event_seqs(page: Page) -> list[int]:

@@ -17,6 +17,7 @@ from tests.api.conftest import serve
 from tests.browser.playground_pages import (
     GATE,
     WAIT,
+    current_run,
     ended,
     event_seqs,
     open_page,
@@ -83,7 +84,7 @@ async def test_a_reload_mid_run_resumes_the_run_where_it_was(browser: Browser) -
         await start_run(page, "please do the slow thing")
         await running_tool(page)
         before = await event_seqs(page)
-        assert "#run=run_" in page.url
+        assert "#thread=" in page.url
 
         await page.reload()
         await running_tool(page)  # the transcript rebuilt from the log, the tool still running
@@ -144,7 +145,7 @@ async def test_cancel_from_the_page_stops_the_running_tool(browser: Browser) -> 
         await page.click("#cancel")
         await ended(page, "aborted")
         assert await page.locator(".tool.failed").count() == 1
-        assert (await api.get(page.url.split("#run=")[1]))["status"] == "cancelled"
+        assert (await api.get(await current_run(page)))["status"] == "cancelled"
         assert await page.is_hidden("#cancel") and await page.is_visible("#send")
         assert await page.inner_text("#run-status") == "cancelled · fake:test"
 

@@ -84,7 +84,7 @@ async def test_failures_are_shown_on_the_page(browser: Browser) -> None:
 
         await page.fill("#model", "")
         await page.click("#send")
-        await page.wait_for_url(lambda url: "#run=run_" in url, timeout=WAIT)
+        await page.wait_for_url(lambda url: "#thread=" in url, timeout=WAIT)
         await ended(page, "error")
         assert "the model is down" in await page.inner_text("#transcript .error")
         assert await page.inner_text("#run-status") == "failed · fake:test"

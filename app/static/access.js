@@ -1,0 +1,48 @@
+// access.js: the playground's API calls as the person sees them: errors shown above the
+// composer, and the API key asked for when the service answers 401 (kept in sessionStorage).
+
+import {ApiError} from './agentloop.js';
+import {askKey} from './panels.js';
+
+const $ = (id) => document.getElementById(id);
+const KEY = 'agentloop.key';  // sessionStorage: typed once, kept while the tab lives
+
+export class Access {
+  constructor(client) {
+    this.client = client;
+    client.apiKey = sessionStorage.getItem(KEY);
+    $('forget-key').hidden = !client.apiKey;
+    $('forget-key').addEventListener('click', () => this.forget());
+  }
+
+  /** An API call; a 401 asks for the key (kept in sessionStorage) and tries again. */
+  async call(action) {
+    try {
+      $('error').hidden = true;
+      return await action();
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) {
+        const key = await askKey($('key-dialog'));
+        if (key) {
+          sessionStorage.setItem(KEY, key);
+          this.client.apiKey = key;
+          $('forget-key').hidden = false;
+          return this.call(action);
+        }
+      }
+      this.showError(error);
+      throw error;
+    }
+  }
+
+  showError(error) {
+    $('error').textContent = error.field ? `${error.message} (${error.field})` : error.message;
+    $('error').hidden = false;
+  }
+
+  forget() {
+    sessionStorage.removeItem(KEY);
+    this.client.apiKey = null;
+    $('forget-key').hidden = true;
+  }
+}

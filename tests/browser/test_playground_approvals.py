@@ -1,0 +1,101 @@
+"""Approvals and client tools answered from the playground in Chromium: a pick of
+``pg_guarded`` (a tool declared with ``approval=True``) approved, one denied with a reason, a
+reload while the run waits, and a client tool (declared on a run posted to the API, then opened
+in the page) answered from its result box.
+
+What the model got back is read from the fake model's recorded requests; what the person sees,
+from the DOM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.async_api import Browser, Page
+
+from providers import fake
+from tests.api.conftest import serve
+from tests.browser.playground_pages import WAIT, current_run, ended, open_page, start_run
+
+GUARDED = [fake.tool_calls(("pg_guarded", {"target": "the files"})),
+           fake.text("the final answer")]
+LOCATION = {"name": "get_location", "description": "The user's position",
+            "parameters": {"type": "object", "properties": {}}}
+
+
+def tool_result(request: Any) -> Any:
+    """The one tool result message of a recorded model request."""
+    [result] = [m for m in request.messages if m.role == "tool_result"]
+    return result
+
+
+async def waits_for_approval(page: Page) -> None:
+    await page.wait_for_selector(".tool.waiting .ask.approval button.approve", timeout=WAIT)
+
+
+async def test_a_pick_approved_from_the_page_runs_the_tool(browser: Browser) -> None:
+    async with serve() as api:
+        api.fake.script = list(GUARDED)
+        _, page = await open_page(browser, api.url)
+        await start_run(page, "change the files")
+        await waits_for_approval(page)
+        assert await page.inner_text(".tool .tool-state") == "needs approval"
+        assert (await page.inner_text("#run-status")).startswith("waiting for you")
+        assert (await api.get(await current_run(page)))["status"] == "requires_action"
+
+        await page.reload()  # the log's replay shows the waiting pick again
+        await waits_for_approval(page)
+        assert await page.locator(".ask").count() == 1
+        await page.click(".ask button.approve")
+        await ended(page)
+
+        assert await page.locator(".ask").count() == 0
+        assert await page.inner_text(".tool.done .result") == "guarded work on the files done"
+        assert await page.inner_text(".tool .decision") == "approved"
+        assert await page.inner_text("#transcript > .assistant > .text") == "the final answer"
+        assert await page.locator("#event-log li[data-type=approval_decided]").count() == 1
+        assert not tool_result(api.fake.requests[1]).is_error
+        assert page.problems == []  # type: ignore[attr-defined]
+
+
+async def test_a_pick_denied_with_a_reason_gives_the_model_an_error(browser: Browser) -> None:
+    async with serve() as api:
+        api.fake.script = list(GUARDED)
+        _, page = await open_page(browser, api.url)
+        await start_run(page, "change the files")
+        await waits_for_approval(page)
+        await page.fill(".ask input.reason", "not those files")
+        await page.click(".ask button.deny")
+        await ended(page)
+
+        assert await page.inner_text(".tool .decision") == "denied: not those files"
+        assert await page.locator(".tool.failed").count() == 1
+        assert "not those files" in await page.inner_text(".tool.failed .result")
+        result = tool_result(api.fake.requests[1])
+        assert result.is_error and "not those files" in result.content[0].text
+        assert await page.inner_text("#transcript > .assistant > .text") == "the final answer"
+        assert page.problems == []  # type: ignore[attr-defined]
+
+
+async def test_a_client_tool_is_answered_from_the_page(browser: Browser) -> None:
+    async with serve() as api:
+        api.fake.script = [fake.tool_calls(("get_location", {})), fake.text("you are in Berlin")]
+        run = await api.create(input="where am I?", client_tools=[LOCATION])
+        await api.wait_status(run["id"], "requires_action")
+        ctx = await browser.new_context()
+        page = await ctx.new_page()
+        await page.goto(f"{api.url}/#run={run['id']}")
+        box = ".tool.waiting .ask.client-tool"
+        await page.wait_for_selector(f"{box} textarea", timeout=WAIT)
+        assert await page.inner_text(".tool .tool-state") == "waiting for the page"
+        await page.fill(f"{box} textarea", "52.52,13.40")
+        await page.click(f"{box} button.send-result")
+        await ended(page)
+
+        assert await page.inner_text(".tool .decision") == "result sent"
+        assert await page.inner_text(".tool.done .result") == "52.52,13.40"
+        assert await page.inner_text("#transcript > .assistant > .text") == "you are in Berlin"
+        result = tool_result(api.fake.requests[1])
+        assert result.content[0].text == "52.52,13.40" and not result.is_error
+        assert (await api.get(run["id"]))["status"] == "completed"
+        await ctx.close()
