@@ -1,7 +1,8 @@
 """AG-UI's ``RunAgentInput`` (``ag-ui-protocol`` 1.0) as a run request.
 
-The thread id names the conversation (``app/dialects/conversation.py``); the messages are its
-history and the last one, the user's, is the new input. Per message role: ``user`` text and
+The thread id names the conversation (``app/dialects/conversation.py``), whose history the
+server keeps: the last message, the user's, is posted to it; the earlier ones are checked but
+not used. Per message role: ``user`` text and
 ``image`` parts with inline (``data``) sources; ``assistant`` text and tool calls; ``tool``
 results (matched to their call by id); ``system`` and ``developer`` text joins the run's
 ``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
@@ -41,6 +42,7 @@ class AgentloopProps(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     timeout: float | None = Field(default=None, gt=0, strict=True)
     metadata: dict[str, str] = Field(default_factory=dict)
+    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = None
     cancel_on_disconnect: StrictBool = False
 
 

@@ -1,9 +1,10 @@
 """``/ai-sdk/chat``: the endpoint ``useChat`` (Vercel AI SDK 7) talks to unchanged.
 
-``POST /ai-sdk/chat`` starts a run for the chat's last user message and streams it as the SDK's
-UI message stream (``app/dialects/ai_sdk.py``); ``GET /ai-sdk/chat/{chat_id}/stream`` is the
-transport's reconnect (``useChat({resume: true})``): the chat's newest run replayed from seq 1
-out of the stored log, then live, or ``204`` when it has ended (the SDK then stays idle).
+The chat id is a thread (``app/dialects/conversation.py``). ``POST /ai-sdk/chat`` posts the
+chat's last user message to it and streams the run that carries it as the SDK's UI message
+stream (``app/dialects/ai_sdk.py``); ``GET /ai-sdk/chat/{chat_id}/stream`` is the transport's
+reconnect (``useChat({resume: true})``): the thread's active run replayed from seq 1 out of the
+stored log, then live, or ``204`` when none is active (the SDK then stays idle).
 Closing the stream (the SDK's ``stop()``) leaves the run running unless the request set
 ``cancel_on_disconnect``; steer, follow up or cancel it through ``/runs/{run_id}/...`` with the
 ``run_id`` of the message metadata.
@@ -17,10 +18,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from sse_starlette import EventSourceResponse
 
-from app.backends.base import TERMINAL, Backend
+from app.backends.base import Backend
 from app.dialects.ai_sdk import HEADERS, UIMessageProjector
 from app.dialects.ai_sdk_request import CHAT_ID, ChatRequest, to_messages
-from app.dialects.conversation import conversation_run, latest_run, start_run
+from app.dialects.conversation import active_run, post_turn, turn_body
 from app.dialects.tail import poll_seconds, projected_frames
 from app.errors import ApiError, documented
 from app.routes.deps import PrincipalDep, ServicesDep
@@ -45,15 +46,17 @@ def ui_stream(backend: Backend, run_id: str, *, poll: float, after: int = 0,
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
              response_class=EventSourceResponse,
-             responses={**_STREAM, **documented(400, 401, 413, 415, 422, 503)})
+             responses={**_STREAM, **documented(400, 401, 409, 413, 415, 422, 503)})
 async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
-    """Answer the chat's last user message with a new run, streamed as UI message chunks."""
+    """Post the chat's last user message to its thread; stream the run that carries it as UI
+    message chunks."""
     messages, system = to_messages(body.messages)
     options = body.run_options()
     if system and "system" not in options:
         options["system"] = system
-    record = await start_run(svc, who.tenant, conversation_run(body.id, messages, options))
-    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+    outcome = await post_turn(svc, who.tenant, body.id, turn_body(body.id, messages[-1], options))
+    return ui_stream(svc.backend, outcome.run_id,
+                     poll=poll_seconds(svc.settings.sse_ping_seconds),
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
@@ -68,8 +71,8 @@ async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
     if not re.fullmatch(CHAT_ID, chat_id):
         raise ApiError(404, "not_found", "no such chat")
     after = _seq(last_event_id, "Last-Event-ID")
-    record = await latest_run(svc, who.tenant, chat_id)
-    if record is None or record.status in TERMINAL:
+    record = await active_run(svc, who.tenant, chat_id)
+    if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      after=after)

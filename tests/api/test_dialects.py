@@ -48,9 +48,12 @@ async def chat_run(api: Api, chat_id: str) -> str:
             await asyncio.sleep(0.02)
 
 
-async def sse_data(api: Api, method: str, url: str, **kwargs: Any) -> list[dict[str, Any]]:
+async def sse_data(api: Api, method: str, url: str, opened: asyncio.Event | None = None,
+                   **kwargs: Any) -> list[dict[str, Any]]:
     async with api.client.stream(method, url, **kwargs) as resp:
         assert resp.status_code == 200, await resp.aread()
+        if opened is not None:
+            opened.set()
         return [orjson.loads(line[5:]) async for line in resp.aiter_lines()
                 if line.startswith("data:") and line != "data: [DONE]"]
 
@@ -62,8 +65,11 @@ async def test_one_run_through_three_views(api: Api) -> None:
         "shared-chat", "go", tools=["dialect_gate"])))
     run_id = await chat_run(api, "shared-chat")
     native = asyncio.create_task(read_all(api.client, f"/runs/{run_id}/events"))
-    ag_ui = asyncio.create_task(sse_data(api, "GET", "/ag-ui/threads/shared-chat/stream"))
+    opened = asyncio.Event()
+    ag_ui = asyncio.create_task(sse_data(api, "GET", "/ag-ui/threads/shared-chat/stream",
+                                         opened))
     await api.wait_status(run_id, "running", within=60)
+    await asyncio.wait_for(opened.wait(), 60)  # the reconnect found the run before it ends
     GATE.set()
     chunks, frames, events = await asyncio.wait_for(asyncio.gather(ai_sdk, native, ag_ui), 60)
     assert chunks[0] == {"type": "start", "messageId": run_id,

@@ -80,6 +80,16 @@ async def test_the_conversation_continues_from_the_messages(api: Api) -> None:
                                        AssistantMessage, UserMessage]
 
 
+async def test_the_thread_id_is_a_thread_so_the_new_message_alone_continues_it(
+        api: Api) -> None:
+    api.fake.script = [fake.text("Hello Ada."), fake.text("Your name is Ada.")]
+    await run_agent(api, "thread-only-new", [user("I am Ada")])
+    second = await run_agent(api, "thread-only-new", [user("Who am I?", "u2")])
+    assert second["result"] == "Your name is Ada."
+    sent = api.fake.requests[1].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, UserMessage]
+
+
 async def test_an_error_run_ends_with_run_error(api: Api) -> None:
     api.fake.script = [fake.error("the model exploded")]
     out = await run_agent(api, "thread-err", [user("hi")])

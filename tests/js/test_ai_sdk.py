@@ -141,6 +141,21 @@ async def test_a_second_request_on_the_chat_continues_the_conversation(api: Api)
     assert len(runs["runs"]) == 2
 
 
+async def test_the_chat_is_a_thread_so_the_new_message_alone_continues_it(api: Api) -> None:
+    api.fake.script = [fake.text("Hello Ada."), fake.text("Your name is Ada.")]
+    await chat(api, "chat-thread", [user("I am Ada")])
+    second = await chat(api, "chat-thread", [user("Who am I?", "u2")])  # no history sent
+    assert second["errors"] == [] and second["message"]["parts"][-1]["text"] == "Your name is Ada."
+    sent = api.fake.requests[1].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, UserMessage]
+    assert sent[0].content[0].text == "I am Ada"  # type: ignore[union-attr]
+    found = (await api.client.get("/threads", params={"metadata.chat_id": "chat-thread"})
+             ).json()["threads"]
+    assert len(found) == 1 and len(found[0]["runs"]) == 2
+    assert [m["role"] for m in found[0]["messages"]] == ["user", "assistant"] * 2
+    assert second["message"]["id"] == found[0]["runs"][1]
+
+
 async def test_tool_history_from_the_ui_message_reaches_the_model(api: Api) -> None:
     api.fake.script = [fake.tool_calls(("aisdk_weather", {"city": "Oslo"})),
                        fake.text("Snow."), fake.text("Still snow.")]
@@ -195,4 +210,6 @@ async def test_bad_requests_name_the_field(api: Api) -> None:
         {"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}]}]})
     assert image.json()["error"]["field"] == "messages[0].parts[0].url"
     assert (await post({"id": "../x", "messages": [user("hi")]})).status_code == 422
+    again = await post({"id": "c", "messages": [user("hi")], "trigger": "regenerate-message"})
+    assert again.status_code == 422 and again.json()["error"]["field"] == "trigger"
     assert (await api.client.get("/ai-sdk/chat/no-such-chat/stream")).status_code == 204
