@@ -119,6 +119,14 @@ class AgUiProjector:
         """Nothing: the stream ends with RUN_FINISHED or RUN_ERROR."""
         return []
 
+    def waits_on_client(self) -> bool:
+        """Never yet: approvals and client tools keep the stream open until answered."""
+        return False
+
+    def pause(self) -> list[bytes]:
+        """Nothing (``waits_on_client`` is never true)."""
+        return []
+
     def _frame(self, event: BaseEvent | Delta) -> bytes:
         if isinstance(event, Delta):
             return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))

@@ -22,7 +22,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from app.errors import ApiError
-from app.schemas import ForcedChoice
+from app.schemas import ClientTool, ForcedChoice
 
 CHAT_ID = r"^[A-Za-z0-9_-]{1,128}$"
 
@@ -45,6 +45,11 @@ class ChatRequest(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     timeout: float | None = Field(default=None, gt=0, strict=True)
     metadata: dict[str, str] = Field(default_factory=dict)
+    approval: list[str] | Literal["all", "unsafe"] | None = Field(
+        default=None, description="tools whose picks wait for approval (POST /runs)")
+    approval_timeout: float | None = Field(default=None, gt=0, strict=True)
+    client_tools: list[ClientTool] | None = Field(default=None, description=(
+        "tools the page runs (no execute: answered with addToolOutput)"))
     multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = Field(
         default=None, description="what the message does while the chat's thread is busy "
         "(default enqueue: a follow-up of the active run)")

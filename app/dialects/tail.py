@@ -40,6 +40,15 @@ class Projector(Protocol):
         """The frames that close the stream after the run's own ``agent_end``."""
         ...
 
+    def waits_on_client(self) -> bool:
+        """Whether the run waits for picks this dialect hands to its client (the stream then
+        ends at the park, as the toolkit expects, and the client's next request answers)."""
+        ...
+
+    def pause(self) -> list[bytes]:
+        """The frames that end the stream at such a park (``finish`` follows)."""
+        ...
+
 
 def poll_seconds(ping: float) -> float:
     """How long a stream waits for events before it pings (``AGENTLOOP_SSE_PING_SECONDS``, at
@@ -89,16 +98,24 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
                            after: int = 0, poll: float = 5.0,
                            cancel_on_disconnect: bool = False) -> AsyncIterator[bytes]:
     """The dialect's body for ``run_id`` (see the module docstring)."""
-    finished = False
+    finished, last = False, 0
     metrics.SSE_SUBSCRIBERS.inc()
     try:
         async for events in _pages(backend, run_id, poll):
             if not events:
+                if await _parked_for_client(backend, run_id, projector, last):
+                    finished = True
+                    yield b"".join(projector.pause())
+                    break
                 yield PING
                 continue
             chunk, finished = _project(projector, events, after)
+            last = events[-1].seq
             if chunk:
                 yield chunk
+            if not finished and await _parked_for_client(backend, run_id, projector, last):
+                yield b"".join(projector.pause())
+                finished = True
             if finished:
                 break
         finished = True
@@ -107,6 +124,22 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
         metrics.SSE_SUBSCRIBERS.dec()
         if not finished and cancel_on_disconnect:
             await _cancel(backend, run_id)
+
+
+async def _parked_for_client(backend: Backend, run_id: str, projector: Projector,
+                             last: int) -> bool:
+    """Whether the run is parked on picks the projector handed to its client, with every
+    event up to the park read (the status is written after the park's events: nothing after
+    ``last`` then means the stream has shown them all)."""
+    if not projector.waits_on_client():
+        return False
+    try:
+        record = await backend.get_run(run_id)
+        if record is None or record.status != "requires_action":
+            return False
+        return not await backend.read_events(run_id, last, 1)
+    except BackendError:
+        return False
 
 
 def _project(projector: Projector, events: list[StoredEvent], after: int) -> tuple[bytes, bool]:
