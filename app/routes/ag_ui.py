@@ -13,24 +13,30 @@ recovering after a reload. Aborting the request (``abortRun()``) leaves the run 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import RunAgentInput, RunStartedEvent
+from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Response
 from sse_starlette import EventSourceResponse
 
+from app.approvals.gate import Decision
 from app.backends.base import Backend
 from app.dialects.ag_ui import AgUiProjector
 from app.dialects.ag_ui_messages import history
-from app.dialects.ag_ui_request import agentloop_props, refuse_client_tools, to_messages
+from app.dialects.ag_ui_request import agentloop_props, client_tools, to_messages, tool_answers
 from app.dialects.ai_sdk_request import CHAT_ID
 from app.dialects.conversation import active_run, post_turn, turn_body
 from app.dialects.tail import poll_seconds, projected_frames
 from app.errors import ApiError, documented
+from app.routes.approvals import decide_call
 from app.routes.deps import PrincipalDep, ServicesDep
 from app.routes.strict_json import StrictJsonRoute
+from app.services import Services
 from app.sse import EventStreamResponse
 from app.threads.store import threads
+from providers.messages import TextContent
 
 router = APIRouter(tags=["ag-ui"], route_class=StrictJsonRoute)
 _STREAM: dict[int | str, dict[str, Any]] = {
@@ -38,13 +44,46 @@ _STREAM: dict[int | str, dict[str, Any]] = {
 
 
 def ag_ui_stream(backend: Backend, run_id: str, projector: AgUiProjector, *, poll: float,
-                 cancel_on_disconnect: bool = False) -> EventStreamResponse:
+                 cancel_on_disconnect: bool = False, after: int = 0,
+                 head: bytes = b"") -> EventStreamResponse:
     """The run's log projected as AG-UI events."""
-    frames = projected_frames(backend, run_id, projector, poll=poll,
+    frames = projected_frames(backend, run_id, projector, poll=poll, after=after,
                               cancel_on_disconnect=cancel_on_disconnect)
-    response = EventStreamResponse(frames)
+    response = EventStreamResponse(_after(head, frames) if head else frames)
     response.headers["x-accel-buffering"] = "no"
     return response
+
+
+async def _after(head: bytes, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield head
+    async for frame in frames:
+        yield frame
+
+
+async def _answer_run(body: RunAgentInput, svc: Services, tenant: str,
+                      cancel_on_disconnect: bool) -> Response:
+    """The thread's waiting run takes the results in the input's trailing tool messages; a
+    new AG-UI run (RUN_STARTED with our run id) shows the rest of it."""
+    record = await active_run(svc, tenant, body.thread_id)
+    if record is None or record.status != "requires_action":
+        raise ApiError(409, "not_waiting", "the thread has no run waiting for a tool result",
+                       "messages")
+    state = await svc.backend.parked_state(record.id)
+    waiting = {c["tool_call_id"] for c in (state.calls if state else [])
+               if c["kind"] == "client_tool" and not c.get("decided")}
+    taken = [a for a in tool_answers(body) if a[0] in waiting]
+    if not taken:
+        raise ApiError(409, "unknown_call", "the input's tool messages answer no call the "
+                       "run waits for", "messages")
+    for call_id, text, failed in taken:
+        await decide_call(svc, tenant, record.id, call_id, "client_tool", Decision(
+            kind="result", content=[TextContent(text=text)], is_error=failed))
+    projector = AgUiProjector(body.thread_id, continues_after=record.last_seq)
+    head = b"id: %d\n%s" % (record.last_seq, EventEncoder().encode(
+        RunStartedEvent(thread_id=body.thread_id, run_id=record.id)).encode())
+    return ag_ui_stream(svc.backend, record.id, projector, after=record.last_seq, head=head,
+                        poll=poll_seconds(svc.settings.sse_ping_seconds),
+                        cancel_on_disconnect=cancel_on_disconnect)
 
 
 def _check_thread(thread_id: str, field: str) -> None:
@@ -59,12 +98,14 @@ def _check_thread(thread_id: str, field: str) -> None:
 async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Run the agent on the input's last user message; stream AG-UI events."""
     _check_thread(body.thread_id, "threadId")
-    refuse_client_tools(body)
     props = agentloop_props(body)
+    if body.messages and body.messages[-1].role == "tool":
+        return await _answer_run(body, svc, who.tenant, props.cancel_on_disconnect)
     messages, system = to_messages(body)
     options = props.model_dump(exclude={"cancel_on_disconnect"}, exclude_none=True)
     options["system"] = "\n\n".join(s for s in (props.system, system) if s) or None
     options["metadata"] = {**props.metadata, "ag_ui_run_id": body.run_id[:255]}
+    options["client_tools"] = client_tools(body)
     outcome = await post_turn(svc, who.tenant, body.thread_id,
                               turn_body(body.thread_id, messages[-1], options))
     projector = AgUiProjector(body.thread_id)
