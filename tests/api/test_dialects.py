@@ -130,3 +130,26 @@ async def test_a_parked_run_ends_the_ai_sdk_response_and_native_answers_still_wo
     assert answer.status_code < 300, answer.text
     done = await api.wait_status(run["id"], "completed", within=60)
     assert done["result"] == "ok"
+
+
+async def test_an_ag_ui_approval_is_a_custom_event_and_the_stream_waits_for_the_answer(
+        api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("dialect_guarded", {"note": "y"})), fake.text("ok")]
+    opened = asyncio.Event()
+    stream = asyncio.create_task(sse_data(api, "POST", "/ag-ui", opened, json={
+        "threadId": "ag-approve", "runId": "r1", "messages": [
+            {"id": "u1", "role": "user", "content": "go"}],
+        "forwardedProps": {"agentloop": {"tools": ["dialect_guarded"]}}}))
+    await asyncio.wait_for(opened.wait(), 60)
+    run = await api.wait_status(await chat_run(api, "ag-approve"), "requires_action", within=60)
+    assert not stream.done()  # AG-UI has no approvals: the stream waits
+    call_id = run["pending"][0]["tool_call_id"]
+    answer = await api.client.post(f"/runs/{run['id']}/approvals",
+                                   json={"tool_call_id": call_id, "decision": "approve"})
+    assert answer.status_code < 300, answer.text
+    events = await asyncio.wait_for(stream, 60)
+    custom = [e for e in events if e["type"] == "CUSTOM"
+              and e["name"] == "agentloop.approval_requested"]
+    assert custom[0]["value"]["toolCallId"] == call_id and custom[0]["value"]["runId"] == run["id"]
+    typed = [EVENT.validate_python(e) for e in events]
+    assert typed[-1].type.value == "RUN_FINISHED"
