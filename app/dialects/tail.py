@@ -4,6 +4,9 @@ Timeline of one projected stream::
 
     read page ─▶ project each event ─▶ frames of events after ``after`` ─▶ send ─ … ─▶
     agent_end (depth 0) ─▶ ``projector.finish()`` frames ─▶ close
+    run parked (requires_action) on picks the projector hands to its client, every event
+        read ─▶ ``projector.pause()`` and ``finish()`` frames ─▶ close (the client answers
+        in its next request; the run holds nothing while it waits)
     nothing for ``poll`` s ─▶ ``: ping`` (a comment line: no parser dispatches it)
     backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
     client gone before the end ─▶ the run goes on (durable), unless ``cancel_on_disconnect``
