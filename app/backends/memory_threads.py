@@ -61,6 +61,13 @@ class MemoryThreads(MemoryThreadReads):
         thread = self._threads[record.id] = Thread(copy_thread(record))
         self._touch(thread)
 
+    async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
+        """See ``ThreadStore.create_thread_if_absent``."""
+        if self._thread(record.id) is not None:
+            return False
+        await self.create_thread(record)
+        return True
+
     async def delete_thread(self, thread_id: str) -> None:
         """See ``ThreadStore.delete_thread``."""
         thread = self._threads.pop(thread_id, None)

@@ -55,6 +55,21 @@ def _decode_thread(raw: dict[bytes, bytes], runs: list[bytes]) -> ThreadRecord |
                         runs=[r.decode() for r in runs])
 
 
+_CREATE_IF_ABSENT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+def _thread_fields(record: ThreadRecord) -> dict[Any, Any]:
+    """A new idle thread's hash."""
+    return {"id": record.id, "tenant": record.tenant, "created_at": repr(record.created_at),
+            "updated_at": repr(record.updated_at), "metadata": orjson.dumps(record.metadata),
+            "active_run": "", "next_run": ""}
+
+
 class RedisThreadReads:
     """See the module docstring (and ``app.threads.store.ThreadStore``)."""
 
@@ -67,13 +82,24 @@ class RedisThreadReads:
         """See ``ThreadStore.create_thread``."""
         thread = keys.thread_key(record.id, "thread")
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hset(thread, mapping={
-                "id": record.id, "tenant": record.tenant, "created_at": repr(record.created_at),
-                "updated_at": repr(record.updated_at), "metadata": orjson.dumps(record.metadata),
-                "active_run": "", "next_run": ""})
+            pipe.hset(thread, mapping=_thread_fields(record))
             pipe.expire(thread, int(self.thread_ttl))
             pipe.zadd(keys.tenant_threads_key(record.tenant), {record.id: record.created_at})
             await pipe.execute()
+
+    @guard
+    async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
+        """See ``ThreadStore.create_thread_if_absent``: one script on the thread's hash (its
+        slot), then the tenant's index (idempotent)."""
+        fields = _thread_fields(record)
+        flat = [x for pair in fields.items() for x in pair]
+        created = await self.client.eval(
+            _CREATE_IF_ABSENT, 1, keys.thread_key(record.id, "thread"),
+            int(self.thread_ttl), *flat)
+        if created:
+            await self.client.zadd(keys.tenant_threads_key(record.tenant),
+                                   {record.id: record.created_at})
+        return bool(created)
 
     @guard
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:

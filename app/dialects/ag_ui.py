@@ -14,6 +14,12 @@ Native event → AG-UI events:
     agent_start / agent_end  SUBAGENT_STARTED / SUBAGENT_FINISHED or SUBAGENT_ERROR (depth > 0)
     agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR
     run_resumed              the blocks a crashed worker left open are closed
+    client_tool_requested    (the call was streamed as TOOL_CALL_*): once the run parks on
+                             such frontend tools, RUN_FINISHED ends this AG-UI run with the
+                             pending calls; the client's next input carries their results
+    approval_requested       CUSTOM {name: "agentloop.approval_requested"}; the stream stays
+                             open until POST /runs/{id}/approvals answers (AG-UI has no
+                             approvals)
 
 A nested loop is a subagent: its events carry ``subagentRunId``, and it names the tool call
 that runs it (``parentToolCallId``). Every opened block is closed before the run's end, as the
@@ -96,9 +102,14 @@ class AgUiProjector:
     ``history``: the conversation before the run, as AG-UI messages, for a reconnect's
     snapshot (None: the client sent it and has it)."""
 
-    def __init__(self, thread_id: str, history: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, thread_id: str, history: list[dict[str, Any]] | None = None, *,
+                 continues_after: int | None = None) -> None:
         self.thread_id = thread_id
         self._history = history
+        self._continues_after = continues_after  # an answer's stream: the log before it
+        self._waiting: set[str] = set()  # frontend tool calls the client has to run
+        self._answered: set[str] = set()  # ... and has answered (its own tool message)
+        self._run_id = ""
         self._seq = 0
         self._ts: int | None = None
         self._open: dict[tuple[str, str], BaseEvent] = {}  # what is open → the event closing it
@@ -113,11 +124,39 @@ class AgUiProjector:
         """The frames of one event."""
         self._seq = int(event.get("seq", self._seq))
         self._ts = _millis(event.get("ts"))
+        if self._continues_after is not None and self._seq > self._continues_after:
+            self._continues_after = None
+            self._open.clear()  # the response that ended at the park closed them
         return [self._frame(e) for e in self._events(event)]
 
     def finish(self) -> list[bytes]:
         """Nothing: the stream ends with RUN_FINISHED or RUN_ERROR."""
         return []
+
+    def waits_on_client(self) -> bool:
+        """Whether the run waits for frontend tools' results."""
+        return bool(self._waiting)
+
+    def pause(self) -> list[bytes]:
+        """The end of this AG-UI run while its frontend tool calls are pending."""
+        done = RunFinishedEvent(thread_id=self.thread_id, run_id=self._run_id)
+        return [self._frame(e) for e in [*self._close(lambda _: True), done]]
+
+    def _hitl(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        call_id, kind = event["tool_call_id"], event["type"]
+        if kind == "approval_decided":
+            self._waiting.discard(call_id)
+            if event["decision"] == "result":
+                self._answered.add(call_id)
+            return []
+        self._calls.setdefault(call_id, (event["tool_name"], None))
+        out = self._announce(call_id, event["args"], None)
+        if kind == "client_tool_requested":
+            self._waiting.add(call_id)
+            return out
+        return [*out, CustomEvent(name="agentloop.approval_requested", value={
+            "toolCallId": call_id, "toolName": event["tool_name"], "args": event["args"],
+            "runId": event["run_id"]})]
 
     def _frame(self, event: BaseEvent | Delta) -> bytes:
         if isinstance(event, Delta):
@@ -133,7 +172,10 @@ class AgUiProjector:
 
     def _events(self, event: dict[str, Any]) -> list[AgUiEvent]:
         kind, sub = event.get("type"), self._sub(event)
+        if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
+            return self._hitl(event) if not event.get("depth") else []
         if kind == "run_created":
+            self._run_id = event["run_id"]
             return self._run_start(event["run_id"])
         if kind == "run_resumed":
             return self._resumed()
@@ -292,6 +334,8 @@ class AgUiProjector:
     def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         call_id = event["tool_call_id"]
         out = self._announce(call_id, {}, sub)
+        if call_id in self._answered:  # the client's own tool message has it
+            return out
         text = result_text(event["result"].get("content") or [])
         return [*out, ToolCallResultEvent(message_id=result_message_id(call_id),
                                           tool_call_id=call_id, content=text, role="tool",

@@ -1,7 +1,8 @@
 """AG-UI's ``RunAgentInput`` (``ag-ui-protocol`` 1.0) as a run request.
 
-The thread id names the conversation (``app/dialects/conversation.py``); the messages are its
-history and the last one, the user's, is the new input. Per message role: ``user`` text and
+The thread id names the conversation (``app/dialects/conversation.py``), whose history the
+server keeps: the last message, the user's, is posted to it; the earlier ones are checked but
+not used. Per message role: ``user`` text and
 ``image`` parts with inline (``data``) sources; ``assistant`` text and tool calls; ``tool``
 results (matched to their call by id); ``system`` and ``developer`` text joins the run's
 ``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
@@ -9,8 +10,10 @@ messages are left out. ``state`` is not used: agentloop keeps no agent state.
 ``forwardedProps.agentloop`` takes the ``POST /runs`` options (model, server tools, ...) and
 ``cancel_on_disconnect``; other forwarded props are left alone.
 
-Frontend-defined ``tools`` would run in the client (human in the loop); until that lands they
-are refused with ``400 client_tools_unsupported`` rather than silently ignored.
+Frontend-defined ``tools`` are the run's ``client_tools``: a pick of one ends the AG-UI run
+with the pending tool call (the client runs it), and the next input, whose last messages are
+the ``tool`` messages with its results, answers the waiting run (``tool_answers``, as
+``POST /runs/{id}/tool_results``) instead of posting a new user message.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class AgentloopProps(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     timeout: float | None = Field(default=None, gt=0, strict=True)
     metadata: dict[str, str] = Field(default_factory=dict)
+    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = None
     cancel_on_disconnect: StrictBool = False
 
 
@@ -61,12 +65,23 @@ def agentloop_props(body: RunAgentInput) -> AgentloopProps:
         raise _invalid(field, str(deepest_error(exc.errors()).get("msg"))) from exc
 
 
-def refuse_client_tools(body: RunAgentInput) -> None:
-    """400 for frontend-defined tools (they need human-in-the-loop client tools)."""
-    if body.tools:
-        raise _invalid("tools", "frontend-defined tools are not supported yet: the agent uses "
-                       "the server's tools (forwardedProps.agentloop.tools)", 400,
-                       "client_tools_unsupported")
+def client_tools(body: RunAgentInput) -> list[dict[str, Any]] | None:
+    """The input's frontend tools as ``client_tools`` (None: it has none)."""
+    return [{"name": t.name, "description": t.description or "",
+             "parameters": t.parameters or {"type": "object", "properties": {}}}
+            for t in body.tools or []] or None
+
+
+def tool_answers(body: RunAgentInput) -> list[tuple[str, str, bool]]:
+    """``(tool call id, content, is_error)`` of the ``tool`` messages that end the input (the
+    results of frontend tools the last run ended with)."""
+    out: list[tuple[str, str, bool]] = []
+    for message in reversed([m.model_dump(by_alias=True) for m in body.messages]):
+        if message["role"] != "tool":
+            break
+        result = _tool_result(message, {})
+        out.append((result["tool_call_id"], result["content"][0]["text"], result["is_error"]))
+    return out[::-1]
 
 
 def to_messages(body: RunAgentInput) -> tuple[list[dict[str, Any]], str | None]:

@@ -14,6 +14,11 @@ Native event → chunks (depth 0):
     tool_execution_update  tool-output-available {preliminary: true, output: partial_result}
     tool_execution_end     tool-output-available {output: result} or tool-output-error
     agent_end              [error] finish {finishReason, messageMetadata} | abort, then [DONE]
+    approval_requested     tool-approval-request {approvalId: tool call id, toolCallId}
+    client_tool_requested  (tool-input-available: the SDK's client-side tool, no execute)
+    approval_decided       tool-output-denied for a denial (its error result is not shown)
+    the run parks on them  finish {finishReason: tool-calls, messageMetadata.stop_reason:
+                           requires_action}, then [DONE]: the SDK answers in its next request
 
 Events of a nested loop (depth > 0) are not parts of the message: they become preliminary
 outputs of the depth-0 tool call that runs them (``nested.NestedTrace``), the SDK's pattern for
@@ -53,6 +58,9 @@ class UIMessageProjector:
         self._assistant_seen = False
         self._nested = NestedTrace()
         self._done = False
+        self._waiting: set[str] = set()  # picks handed to the client, not yet answered
+        self._denied: set[str] = set()
+        self._run_id = ""
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
@@ -65,12 +73,26 @@ class UIMessageProjector:
         """``[DONE]`` (the SDK's end of stream)."""
         return [DONE]
 
+    def waits_on_client(self) -> bool:
+        """Whether an approval or a client tool's result is up to the client."""
+        return bool(self._waiting)
+
+    def pause(self) -> list[bytes]:
+        """The end of this response while the run waits (the SDK's tool-call finish)."""
+        meta = {"run_id": self._run_id, "stop_reason": "requires_action"}
+        chunks = [*self._close_blocks(), {"type": "finish", "finishReason": "tool-calls",
+                                          "messageMetadata": meta}]
+        return [self._frame(c) for c in chunks]
+
     def _frame(self, chunk: dict[str, Any]) -> bytes:
         return chunk_frame(self._seq, chunk)
 
     def _chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("type")
+        if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
+            return self._hitl(event)
         if kind == "run_created":
+            self._run_id = event["run_id"]
             meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events"}
             return [{"type": "start", "messageId": event["run_id"], "messageMetadata": meta}]
         if kind == "run_resumed":
@@ -150,6 +172,21 @@ class UIMessageProjector:
         return [{"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
                  "input": args}]
 
+    def _hitl(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        call_id, kind = event["tool_call_id"], event["type"]
+        if kind == "approval_decided":
+            self._waiting.discard(call_id)
+            if event["decision"] != "deny":
+                return []
+            self._denied.add(call_id)
+            return [{"type": "tool-output-denied", "toolCallId": call_id}]
+        self._waiting.add(call_id)
+        out = self._announce(call_id, event["tool_name"], event["args"])
+        if kind == "approval_requested":
+            out.append({"type": "tool-approval-request", "approvalId": call_id,
+                        "toolCallId": call_id})
+        return out
+
     def _resumed(self) -> list[dict[str, Any]]:
         """Close what the crashed worker left open: text blocks, and calls whose arguments
         never finished (the resumed reply makes its own)."""
@@ -163,6 +200,8 @@ class UIMessageProjector:
         call_id = event["tool_call_id"]
         out = self._announce(call_id, event["tool_name"], {})
         result = event["result"]
+        if call_id in self._denied:
+            return out
         if event["is_error"]:
             text = result_text(result.get("content") or []) or "tool failed"
             return [*out, {"type": "tool-output-error", "toolCallId": call_id, "errorText": text}]

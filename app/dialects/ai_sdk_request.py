@@ -1,5 +1,9 @@
 """The body ``useChat``'s ``DefaultChatTransport`` posts, and its UI messages as our messages.
 
+The chat's thread holds the conversation, so of the messages only the last, the user's, is
+posted; the others are still checked (a malformed one is a 422 naming it). ``trigger``
+``regenerate-message`` is refused (422): a thread's history is not rewritten.
+
 The transport sends ``{id, messages, trigger, messageId?}`` plus whatever the page puts in the
 transport's ``body`` option; of those we take the ``POST /runs`` options below. A UI message's
 parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of user
@@ -18,7 +22,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from app.errors import ApiError
-from app.schemas import ForcedChoice
+from app.schemas import ClientTool, ForcedChoice
 
 CHAT_ID = r"^[A-Za-z0-9_-]{1,128}$"
 
@@ -41,12 +45,23 @@ class ChatRequest(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     timeout: float | None = Field(default=None, gt=0, strict=True)
     metadata: dict[str, str] = Field(default_factory=dict)
+    approval: list[str] | Literal["all", "unsafe"] | None = Field(
+        default=None, description="tools whose picks wait for approval (POST /runs)")
+    approval_timeout: float | None = Field(default=None, gt=0, strict=True)
+    client_tools: list[ClientTool] | None = Field(default=None, description=(
+        "tools the page runs (no execute: answered with addToolOutput)"))
+    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = Field(
+        default=None, description="what the message does while the chat's thread is busy "
+        "(default enqueue: a follow-up of the active run)")
     cancel_on_disconnect: StrictBool = Field(default=False, description=(
         "cancel the run when the client closes the stream before its end (the SDK's stop());"
         " by default the run goes on"))
 
     def run_options(self) -> dict[str, Any]:
         """The ``POST /runs`` fields this request sets."""
+        if self.trigger == "regenerate-message":
+            raise _invalid("trigger", "regenerate-message is not supported: the chat's thread "
+                           "keeps its history (send a new message instead)")
         return self.model_dump(exclude={"id", "messages", "trigger", "messageId",
                                         "cancel_on_disconnect"}, exclude_none=True)
 

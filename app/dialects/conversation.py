@@ -1,57 +1,77 @@
-"""The seam between a toolkit's conversation and our runs.
+"""The seam between a toolkit's conversation and our threads.
 
-A toolkit names a conversation (the AI SDK's chat ``id``, AG-UI's ``threadId``) and sends its
-messages; ``conversation_run`` turns that into one ``POST /runs`` body, and ``start_run``
-starts it exactly as ``POST /runs`` does. Until conversations are stored server-side (the
-threads issue), the history comes from the request's own messages and a conversation's runs
-are found by their ``chat_id`` metadata: ``latest_run`` is the one a reconnect resumes. When
-threads land, these two functions are what changes.
+A toolkit names a conversation (the AI SDK's chat ``id``, AG-UI's ``threadId``); that id is a
+thread of ``app/threads``. The thread's id is derived from the tenant and the chat id
+(``chat_thread_id``), so no lookup table is kept: the first request of a chat creates the
+thread (``create_thread_if_absent``: one atomic step, so two racing first requests share one
+thread), later ones find it, on either backend and on a Cluster (it is an ordinary thread id,
+its keys in its own slot). Both dialects map a chat id to the same thread, so a chat started
+through one can be resumed through the other.
+
+Each request posts only the conversation's new user message as a thread run
+(``post_turn``): the thread's history is what the model sees, and the messages the client sent
+before its last one are not used (the server's copy is the conversation). A message sent
+while the thread is busy follows ``multitask`` (default ``enqueue``: a follow-up of the active
+run). ``active_run`` is the run a reconnect resumes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
-from app import metrics
-from app.backends.base import RunRecord
-from app.events import RunCreated
-from app.routes.runs import new_run_id
-from app.run_requests import check_model, check_timeout, check_tools, stored_request
+from app.backends.base import TERMINAL, RunRecord
 from app.schemas import CreateRun
 from app.services import Services
+from app.threads.model import PostOutcome, ThreadRecord
+from app.threads.service import post_message
+from app.threads.store import threads
+from app.threads.view import settled
 
 CHAT_ID_KEY = "chat_id"
-"""The run metadata key naming the conversation a run belongs to."""
+"""The run (and thread) metadata key naming the conversation's chat id."""
 
 
-def conversation_run(chat_id: str, messages: list[dict[str, Any]],
-                     options: dict[str, Any]) -> CreateRun:
-    """The run that answers the last message of ``messages`` (the history before it is the
-    context the loop continues). ``options`` are ``POST /runs`` fields (model, tools, ...)."""
+def chat_thread_id(tenant: str, chat_id: str) -> str:
+    """The thread of a tenant's chat: a digest of both (another tenant's chat of the same id
+    is another thread)."""
+    digest = hashlib.sha256(f"{tenant}\0{chat_id}".encode()).hexdigest()
+    return f"thr_{digest[:32]}"
+
+
+async def chat_thread(svc: Services, tenant: str, chat_id: str) -> str:
+    """The chat's thread id, creating the thread on first use."""
+    thread_id = chat_thread_id(tenant, chat_id)
+    now = time.time()
+    record = ThreadRecord(id=thread_id, tenant=tenant, created_at=now, updated_at=now,
+                          metadata={CHAT_ID_KEY: chat_id})
+    await threads(svc.backend).create_thread_if_absent(record)
+    return thread_id
+
+
+def turn_body(chat_id: str, prompt: dict[str, Any], options: dict[str, Any]) -> CreateRun:
+    """The thread post for the new user message ``prompt``; ``options`` are ``POST /runs``
+    fields (model, tools, multitask, ...)."""
     options = dict(options)
     metadata = {**(options.pop("metadata", None) or {}), CHAT_ID_KEY: chat_id}
-    return CreateRun(input=messages, metadata=metadata,
+    return CreateRun(input=[prompt], metadata=metadata,
                      **{k: v for k, v in options.items() if v is not None})
 
 
-async def start_run(svc: Services, tenant: str, body: CreateRun) -> RunRecord:
-    """Check and create the run as ``POST /runs`` does (400/422 ``ApiError`` on bad input)."""
-    model = body.model or svc.default_model
-    check_model(model, svc.resolve_provider)
-    check_tools(body, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
-                env=svc.env)
-    check_timeout(body, svc.settings.run_timeout)
-    record = RunRecord(id=new_run_id(), tenant=tenant, model=model, created_at=time.time(),
-                       metadata=dict(body.metadata), request=stored_request(body, model))
-    record, _ = await svc.backend.create_run(record, idempotency_key=None, request_hash="",
-                                             first_event=RunCreated(model=model))
-    metrics.RUNS_CREATED.inc()
-    return record
+async def post_turn(svc: Services, tenant: str, chat_id: str, body: CreateRun) -> PostOutcome:
+    """Post the turn to the chat's thread (400/404/409/422 ``ApiError`` as for
+    ``POST /threads/{id}/runs``)."""
+    thread_id = await chat_thread(svc, tenant, chat_id)
+    return await post_message(svc, tenant, thread_id, body, None)
 
 
-async def latest_run(svc: Services, tenant: str, chat_id: str) -> RunRecord | None:
-    """The conversation's newest run (the one a reconnect resumes), if any."""
-    page = await svc.backend.list_runs(tenant, status=None, metadata={CHAT_ID_KEY: chat_id},
-                                       limit=1, cursor=None)
-    return page.runs[0] if page.runs else None
+async def active_run(svc: Services, tenant: str, chat_id: str) -> RunRecord | None:
+    """The chat's active run (the one a reconnect resumes), if any."""
+    record = await threads(svc.backend).get_thread(chat_thread_id(tenant, chat_id))
+    if record is None or record.tenant != tenant:
+        return None
+    record = await settled(svc.backend, record)
+    run_id = record.active_run or record.next_run
+    run = await svc.backend.get_run(run_id) if run_id else None
+    return run if run is not None and run.status not in TERMINAL else None

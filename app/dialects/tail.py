@@ -4,6 +4,9 @@ Timeline of one projected stream::
 
     read page ─▶ project each event ─▶ frames of events after ``after`` ─▶ send ─ … ─▶
     agent_end (depth 0) ─▶ ``projector.finish()`` frames ─▶ close
+    run parked (requires_action) on picks the projector hands to its client, every event
+        read ─▶ ``projector.pause()`` and ``finish()`` frames ─▶ close (the client answers
+        in its next request; the run holds nothing while it waits)
     nothing for ``poll`` s ─▶ ``: ping`` (a comment line: no parser dispatches it)
     backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
     client gone before the end ─▶ the run goes on (durable), unless ``cancel_on_disconnect``
@@ -38,6 +41,15 @@ class Projector(Protocol):
 
     def finish(self) -> list[bytes]:
         """The frames that close the stream after the run's own ``agent_end``."""
+        ...
+
+    def waits_on_client(self) -> bool:
+        """Whether the run waits for picks this dialect hands to its client (the stream then
+        ends at the park, as the toolkit expects, and the client's next request answers)."""
+        ...
+
+    def pause(self) -> list[bytes]:
+        """The frames that end the stream at such a park (``finish`` follows)."""
         ...
 
 
@@ -89,16 +101,24 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
                            after: int = 0, poll: float = 5.0,
                            cancel_on_disconnect: bool = False) -> AsyncIterator[bytes]:
     """The dialect's body for ``run_id`` (see the module docstring)."""
-    finished = False
+    finished, last = False, 0
     metrics.SSE_SUBSCRIBERS.inc()
     try:
         async for events in _pages(backend, run_id, poll):
             if not events:
+                if await _parked_for_client(backend, run_id, projector, last):
+                    finished = True
+                    yield b"".join(projector.pause())
+                    break
                 yield PING
                 continue
             chunk, finished = _project(projector, events, after)
+            last = events[-1].seq
             if chunk:
                 yield chunk
+            if not finished and await _parked_for_client(backend, run_id, projector, last):
+                yield b"".join(projector.pause())
+                finished = True
             if finished:
                 break
         finished = True
@@ -107,6 +127,22 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
         metrics.SSE_SUBSCRIBERS.dec()
         if not finished and cancel_on_disconnect:
             await _cancel(backend, run_id)
+
+
+async def _parked_for_client(backend: Backend, run_id: str, projector: Projector,
+                             last: int) -> bool:
+    """Whether the run is parked on picks the projector handed to its client, with every
+    event up to the park read (the status is written after the park's events: nothing after
+    ``last`` then means the stream has shown them all)."""
+    if not projector.waits_on_client():
+        return False
+    try:
+        record = await backend.get_run(run_id)
+        if record is None or record.status != "requires_action":
+            return False
+        return not await backend.read_events(run_id, last, 1)
+    except BackendError:
+        return False
 
 
 def _project(projector: Projector, events: list[StoredEvent], after: int) -> tuple[bytes, bool]:

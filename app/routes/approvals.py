@@ -60,8 +60,9 @@ def _validate_arguments(svc: Services, record: RunRecord, tool_name: str,
         raise ApiError(422, "validation_error", f"arguments: {exc}", "arguments") from exc
 
 
-async def _decide(svc: Services, tenant: str, run_id: str, call_id: str, kind: str,
-                  decision: Decision) -> Run:
+async def decide_call(svc: Services, tenant: str, run_id: str, call_id: str, kind: str,
+                      decision: Decision) -> Run:
+    """Record one answer as the two endpoints do (also the dialects' way in)."""
     record = await load_run(svc.backend, run_id, tenant)
     state = await svc.backend.parked_state(run_id)
     if record.status != "requires_action":
@@ -92,7 +93,7 @@ async def approve(run_id: str, body: ApprovalIn, svc: ServicesDep, who: Principa
         raise ApiError(422, "validation_error", "arguments: only with decision 'approve'",
                        "arguments")
     decision = Decision(kind=body.decision, reason=body.reason, arguments=body.arguments)
-    return await _decide(svc, who.tenant, run_id, body.tool_call_id, "approval", decision)
+    return await decide_call(svc, who.tenant, run_id, body.tool_call_id, "approval", decision)
 
 
 @router.post("/runs/{run_id}/tool_results", operation_id="submitToolResult",
@@ -103,7 +104,7 @@ async def tool_result(run_id: str, body: ToolResultIn, svc: ServicesDep,
     """A client tool's result, fed back to the model as the pick's result."""
     content = _content(body.content)
     decision = Decision(kind="result", content=content, is_error=body.is_error)
-    return await _decide(svc, who.tenant, run_id, body.tool_call_id, "client_tool", decision)
+    return await decide_call(svc, who.tenant, run_id, body.tool_call_id, "client_tool", decision)
 
 
 def _content(value: str | list[dict[str, Any]]) -> list[TextContent | ImageContent]:

@@ -25,6 +25,11 @@ class ThreadStore(Protocol):
         """Store a new, idle thread."""
         ...
 
+    async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
+        """Store ``record`` unless a thread with its id exists (one atomic step: of two
+        racing creators exactly one stores it); whether this call stored it."""
+        ...
+
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         """The thread, or None."""
         ...

@@ -48,9 +48,12 @@ async def chat_run(api: Api, chat_id: str) -> str:
             await asyncio.sleep(0.02)
 
 
-async def sse_data(api: Api, method: str, url: str, **kwargs: Any) -> list[dict[str, Any]]:
+async def sse_data(api: Api, method: str, url: str, opened: asyncio.Event | None = None,
+                   **kwargs: Any) -> list[dict[str, Any]]:
     async with api.client.stream(method, url, **kwargs) as resp:
         assert resp.status_code == 200, await resp.aread()
+        if opened is not None:
+            opened.set()
         return [orjson.loads(line[5:]) async for line in resp.aiter_lines()
                 if line.startswith("data:") and line != "data: [DONE]"]
 
@@ -62,8 +65,11 @@ async def test_one_run_through_three_views(api: Api) -> None:
         "shared-chat", "go", tools=["dialect_gate"])))
     run_id = await chat_run(api, "shared-chat")
     native = asyncio.create_task(read_all(api.client, f"/runs/{run_id}/events"))
-    ag_ui = asyncio.create_task(sse_data(api, "GET", "/ag-ui/threads/shared-chat/stream"))
+    opened = asyncio.Event()
+    ag_ui = asyncio.create_task(sse_data(api, "GET", "/ag-ui/threads/shared-chat/stream",
+                                         opened))
     await api.wait_status(run_id, "running", within=60)
+    await asyncio.wait_for(opened.wait(), 60)  # the reconnect found the run before it ends
     GATE.set()
     chunks, frames, events = await asyncio.wait_for(asyncio.gather(ai_sdk, native, ag_ui), 60)
     assert chunks[0] == {"type": "start", "messageId": run_id,
@@ -105,17 +111,45 @@ def dialect_guarded(note: str) -> str:
     return f"approved: {note}"
 
 
-async def test_a_parked_run_keeps_its_dialect_stream_open_until_answered(api: Api) -> None:
+async def test_a_parked_run_ends_the_ai_sdk_response_and_native_answers_still_work(
+        api: Api) -> None:
+    """The AI SDK's response ends at the park (the SDK answers in its next request), and so
+    does the chat's resume while the run waits; an answer through the native endpoint works
+    as well."""
     api.fake.script = [fake.tool_calls(("dialect_guarded", {"note": "x"})), fake.text("ok")]
-    stream = asyncio.create_task(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
-        "parked-chat", "go", tools=["dialect_guarded"])))
+    chunks = await asyncio.wait_for(sse_data(api, "POST", "/ai-sdk/chat", json=chat_body(
+        "parked-chat", "go", tools=["dialect_guarded"])), 60)
+    assert [c["type"] for c in chunks[-2:]] == ["tool-approval-request", "finish"]
+    assert chunks[-1]["messageMetadata"]["stop_reason"] == "requires_action"
     run = await api.wait_status(await chat_run(api, "parked-chat"), "requires_action", within=60)
-    assert not stream.done()
+    call_id = run["pending"][0]["tool_call_id"]
+    replay = await asyncio.wait_for(sse_data(api, "GET", "/ai-sdk/chat/parked-chat/stream"), 60)
+    assert replay == chunks  # a reload while it waits shows the request again
+    answer = await api.client.post(f"/runs/{run['id']}/approvals",
+                                   json={"tool_call_id": call_id, "decision": "approve"})
+    assert answer.status_code < 300, answer.text
+    done = await api.wait_status(run["id"], "completed", within=60)
+    assert done["result"] == "ok"
+
+
+async def test_an_ag_ui_approval_is_a_custom_event_and_the_stream_waits_for_the_answer(
+        api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("dialect_guarded", {"note": "y"})), fake.text("ok")]
+    opened = asyncio.Event()
+    stream = asyncio.create_task(sse_data(api, "POST", "/ag-ui", opened, json={
+        "threadId": "ag-approve", "runId": "r1", "messages": [
+            {"id": "u1", "role": "user", "content": "go"}],
+        "forwardedProps": {"agentloop": {"tools": ["dialect_guarded"]}}}))
+    await asyncio.wait_for(opened.wait(), 60)
+    run = await api.wait_status(await chat_run(api, "ag-approve"), "requires_action", within=60)
+    assert not stream.done()  # AG-UI has no approvals: the stream waits
     call_id = run["pending"][0]["tool_call_id"]
     answer = await api.client.post(f"/runs/{run['id']}/approvals",
                                    json={"tool_call_id": call_id, "decision": "approve"})
     assert answer.status_code < 300, answer.text
-    chunks = await asyncio.wait_for(stream, 60)
-    outputs = [c for c in chunks if c["type"] == "tool-output-available"]
-    assert outputs[0]["output"]["content"][0]["text"] == "approved: x"
-    assert chunks[-1]["type"] == "finish"
+    events = await asyncio.wait_for(stream, 60)
+    custom = [e for e in events if e["type"] == "CUSTOM"
+              and e["name"] == "agentloop.approval_requested"]
+    assert custom[0]["value"]["toolCallId"] == call_id and custom[0]["value"]["runId"] == run["id"]
+    typed = [EVENT.validate_python(e) for e in events]
+    assert typed[-1].type.value == "RUN_FINISHED"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -270,3 +271,22 @@ async def test_a_threads_workspace_stays_while_the_thread_does(backend: Backend,
     assert await sweep(backend, tmp_path, grace=0) == [gone]
     await threads(backend).delete_thread(alive)
     assert await sweep(backend, tmp_path, grace=0) == [alive]
+
+
+async def test_racing_creators_of_one_thread_id_store_it_once(backend: Backend) -> None:
+    """How a dialect's chat id becomes a thread on first use: of racing first requests one
+    creates the thread, and none wipes what another posted to it since."""
+    thread_id = new_thread_id()
+    record = ThreadRecord(id=thread_id, tenant="t", created_at=time.time(),
+                          metadata={"chat_id": "c"})
+    store = threads(backend)
+    created = await asyncio.gather(*(store.create_thread_if_absent(record) for _ in range(8)))
+    assert sorted(created) == [False] * 7 + [True]
+    outcome = await store.post_thread_run(thread_id, make_post(thread_id, "hello"))
+    assert not await store.create_thread_if_absent(record)
+    found = await store.get_thread(thread_id)
+    assert found is not None and found.active_run == outcome.run_id
+    assert found.metadata == {"chat_id": "c"} and found.runs == [outcome.run_id]
+    listed = await store.list_threads("t", status=None, metadata={"chat_id": "c"}, limit=5,
+                                      cursor=None)
+    assert [t.id for t in listed.threads] == [thread_id]

@@ -2,16 +2,27 @@
 // own parser: DefaultChatTransport (its fetch, SSE parsing and uiMessageChunkSchema validation)
 // and readUIMessageStream (the UIMessage it builds). Prints JSON:
 //   node ai_sdk_chat.mjs '<spec>'
-//   spec: {api, action: "send" | "resume", chatId, messages?, body?, headers?, stopAfter?}
+//   spec: {api, action: "send" | "resume", chatId, messages?, body?, headers?, stopAfter?,
+//          message? (the assistant message a continuation extends)}
+//   autoSend: whether useChat's sendAutomaticallyWhen helpers would send `messages` now
 //   out:  {stream: "none" (204 on resume) | "read", chunks: [...], message, errors: [...]}
 // Driven by tests/js/test_ai_sdk.py against a live server.
-import { DefaultChatTransport, readUIMessageStream } from 'ai';
+import {
+  DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses,
+  lastAssistantMessageIsCompleteWithToolCalls, readUIMessageStream,
+} from 'ai';
 
 const spec = JSON.parse(process.argv[2]);
 const transport = new DefaultChatTransport({ api: spec.api, headers: spec.headers ?? {},
                                              body: spec.body ?? {} });
 const abort = new AbortController();
-const out = { stream: 'read', chunks: [], message: null, errors: [] };
+const out = { stream: 'read', chunks: [], message: null, errors: [], autoSend: null };
+if (spec.messages) {
+  out.autoSend = {
+    approvals: lastAssistantMessageIsCompleteWithApprovalResponses({ messages: spec.messages }),
+    toolCalls: lastAssistantMessageIsCompleteWithToolCalls({ messages: spec.messages }),
+  };
+}
 
 const stream = spec.action === 'resume'
   ? await transport.reconnectToStream({ chatId: spec.chatId })
@@ -38,7 +49,7 @@ if (stream === null) {
   })();
   try {
     for await (const message of readUIMessageStream({
-      stream: forMessage, onError: (err) => out.errors.push(String(err.message ?? err)),
+      message: spec.message, stream: forMessage, onError: (err) => out.errors.push(String(err.message ?? err)),
     })) {
       out.message = message;
     }

@@ -80,6 +80,16 @@ async def test_the_conversation_continues_from_the_messages(api: Api) -> None:
                                        AssistantMessage, UserMessage]
 
 
+async def test_the_thread_id_is_a_thread_so_the_new_message_alone_continues_it(
+        api: Api) -> None:
+    api.fake.script = [fake.text("Hello Ada."), fake.text("Your name is Ada.")]
+    await run_agent(api, "thread-only-new", [user("I am Ada")])
+    second = await run_agent(api, "thread-only-new", [user("Who am I?", "u2")])
+    assert second["result"] == "Your name is Ada."
+    sent = api.fake.requests[1].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, UserMessage]
+
+
 async def test_an_error_run_ends_with_run_error(api: Api) -> None:
     api.fake.script = [fake.error("the model exploded")]
     out = await run_agent(api, "thread-err", [user("hi")])
@@ -120,10 +130,28 @@ async def test_abort_leaves_the_run_running_unless_asked_to_cancel(api: Api) -> 
     await api.wait_status(cut["events"][0]["runId"], "cancelled", within=20)
 
 
-async def test_frontend_tools_are_refused_with_a_clear_error(api: Api) -> None:
-    tool = {"name": "confirm", "description": "Ask the user", "parameters": {"type": "object"}}
-    out = await run_agent(api, "thread-tools", [user("go")], tools=[tool])
-    assert "client_tools_unsupported" in out["error"] and "HTTP 400" in out["error"]
+async def test_a_frontend_tool_ends_the_run_and_the_next_input_answers_it(api: Api) -> None:
+    tool = {"name": "confirm", "description": "Ask the user",
+            "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}
+    api.fake.script = [fake.tool_calls(("confirm", {"question": "ok?"})), fake.text("Confirmed.")]
+    first = await run_agent(api, "thread-tools", [user("go")], tools=[tool])
+    assert first["error"] is None and types(first)[-1] == "RUN_FINISHED"
+    assert "TOOL_CALL_RESULT" not in types(first)
+    call = first["messages"][-1]["toolCalls"][0]
+    assert call["function"]["name"] == "confirm"
+    run_id = first["events"][0]["runId"]
+    assert (await api.wait_status(run_id, "requires_action"))["pending"][0]["kind"] == \
+        "client_tool"
+    # the client ran the tool: its result is the next input's last message
+    answer = {"id": "t1", "role": "tool", "toolCallId": call["id"], "content": "yes"}
+    second = await run_agent(api, "thread-tools", [*first["messages"], answer], tools=[tool])
+    assert second["error"] is None and second["result"] == "Confirmed."
+    assert second["events"][0]["runId"] == run_id  # the same run goes on
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "tool", "assistant"]
+    sent = api.fake.requests[1].messages[-1]
+    assert isinstance(sent, ToolResultMessage) and sent.content[0].text == "yes"  # type: ignore[union-attr]
+    again = await run_agent(api, "thread-tools", [*first["messages"], answer], tools=[tool])
+    assert "HTTP 409" in again["error"]  # nothing waits any more
 
 
 async def test_bad_inputs_name_the_field(api: Api) -> None:

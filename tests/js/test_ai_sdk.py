@@ -141,6 +141,21 @@ async def test_a_second_request_on_the_chat_continues_the_conversation(api: Api)
     assert len(runs["runs"]) == 2
 
 
+async def test_the_chat_is_a_thread_so_the_new_message_alone_continues_it(api: Api) -> None:
+    api.fake.script = [fake.text("Hello Ada."), fake.text("Your name is Ada.")]
+    await chat(api, "chat-thread", [user("I am Ada")])
+    second = await chat(api, "chat-thread", [user("Who am I?", "u2")])  # no history sent
+    assert second["errors"] == [] and second["message"]["parts"][-1]["text"] == "Your name is Ada."
+    sent = api.fake.requests[1].messages
+    assert [type(m) for m in sent] == [UserMessage, AssistantMessage, UserMessage]
+    assert sent[0].content[0].text == "I am Ada"  # type: ignore[union-attr]
+    found = (await api.client.get("/threads", params={"metadata.chat_id": "chat-thread"})
+             ).json()["threads"]
+    assert len(found) == 1 and len(found[0]["runs"]) == 2
+    assert [m["role"] for m in found[0]["messages"]] == ["user", "assistant"] * 2
+    assert second["message"]["id"] == found[0]["runs"][1]
+
+
 async def test_tool_history_from_the_ui_message_reaches_the_model(api: Api) -> None:
     api.fake.script = [fake.tool_calls(("aisdk_weather", {"city": "Oslo"})),
                        fake.text("Snow."), fake.text("Still snow.")]
@@ -195,4 +210,70 @@ async def test_bad_requests_name_the_field(api: Api) -> None:
         {"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}]}]})
     assert image.json()["error"]["field"] == "messages[0].parts[0].url"
     assert (await post({"id": "../x", "messages": [user("hi")]})).status_code == 422
+    again = await post({"id": "c", "messages": [user("hi")], "trigger": "regenerate-message"})
+    assert again.status_code == 422 and again.json()["error"]["field"] == "trigger"
     assert (await api.client.get("/ai-sdk/chat/no-such-chat/stream")).status_code == 204
+
+
+@function(toolsets=["aisdk_testing"], approval=True)
+def aisdk_guarded(note: str) -> str:
+    """Needs a person's approval (test tool)."""
+    return f"written: {note}"
+
+
+def responded(message: dict[str, Any], approved: bool, reason: str | None = None
+              ) -> dict[str, Any]:
+    """What the SDK's addToolApprovalResponse does to the waiting part."""
+    parts = [{**p, "state": "approval-responded",
+              "approval": {**p["approval"], "approved": approved, "reason": reason}}
+             if p.get("state") == "approval-requested" else p for p in message["parts"]]
+    return {**message, "parts": parts}
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_tool_approval_round_trip(api: Api, approved: bool) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_guarded", {"note": "x"})), fake.text("Done.")]
+    body = {"tools": ["aisdk_guarded"]}
+    first = await chat(api, "chat-approve", [user("write x")], body=body)
+    assert first["errors"] == [] and types(first)[-1] == "finish"
+    assert first["chunks"][-1]["finishReason"] == "tool-calls"
+    part = first["message"]["parts"][-1]
+    assert part["state"] == "approval-requested" and part["approval"]["id"] == part["toolCallId"]
+    run = await api.wait_status(first["message"]["id"], "requires_action")
+    answer = responded(first["message"], approved, None if approved else "not now")
+    second = await chat(api, "chat-approve", [user("write x"), answer], body=body,
+                        message=answer)
+    assert second["autoSend"]["approvals"] is True and second["errors"] == []
+    assert second["message"]["id"] == run["id"]  # the same assistant message goes on
+    tool = next(p for p in second["message"]["parts"] if p.get("toolCallId"))
+    if approved:
+        assert tool["state"] == "output-available"
+        assert tool["output"]["content"][0]["text"] == "written: x"
+    else:
+        assert tool["state"] == "output-denied"
+        sent = api.fake.requests[1].messages[-1]
+        assert "not now" in sent.content[0].text  # type: ignore[union-attr]
+    assert second["message"]["parts"][-1]["text"] == "Done."
+    assert (await api.get(run["id"]))["status"] == "completed"
+
+
+async def test_a_client_side_tool_answered_with_add_tool_output(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("get_location", {})), fake.text("You are in Paris.")]
+    body = {"client_tools": [{"name": "get_location", "description": "the user's position"}]}
+    first = await chat(api, "chat-client-tool", [user("where am I?")], body=body)
+    part = first["message"]["parts"][-1]
+    assert part["state"] == "input-available" and part["type"] == "tool-get_location"
+    assert first["chunks"][-1]["finishReason"] == "tool-calls"
+    # what addToolOutput({toolCallId, output}) does to the part
+    answered = {**first["message"], "parts": [
+        *first["message"]["parts"][:-1], {**part, "state": "output-available",
+                                          "output": "48.85,2.35"}]}
+    second = await chat(api, "chat-client-tool", [user("where am I?"), answered], body=body,
+                        message=answered)
+    assert second["autoSend"]["toolCalls"] is True and second["errors"] == []
+    assert second["message"]["parts"][-1]["text"] == "You are in Paris."
+    result = api.fake.requests[1].messages[-1]
+    assert isinstance(result, ToolResultMessage) and result.content[0].text == "48.85,2.35"  # type: ignore[union-attr]
+    stale = await api.client.post("/ai-sdk/chat", json={"id": "chat-client-tool", "messages": [
+        user("where am I?"), answered]})
+    assert stale.status_code == 409  # the run waits for nothing any more
