@@ -22,8 +22,7 @@ reads block at most 1 s, well under the 5 s socket timeout.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
@@ -41,10 +40,8 @@ from app.backends.base import (
     BackendError,
     Claim,
     EventBatch,
-    FencedOut,
     IdempotencyConflict,
     QueueItemTaken,
-    RunEnded,
     RunNotFound,
     RunPage,
     RunRecord,
@@ -57,6 +54,7 @@ from app.backends.base import (
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
+from app.backends.redis_errors import guard
 from app.backends.redis_notify import Notifier
 from app.backends.redis_notify_sharded import ShardedNotifier
 from app.backends.redis_parking import RedisParking
@@ -74,26 +72,6 @@ BLOCK_MAX = 1.0
 """Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
 
 
-def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Map Redis failures to the backend's exception tree."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except ResponseError as exc:
-            text = str(exc)
-            if "FENCED" in text:
-                raise FencedOut(text) from None
-            if "NOTFOUND" in text:
-                raise RunNotFound(text) from None
-            if "ENDED" in text:
-                raise RunEnded(text) from None
-            raise BackendError(text) from exc
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise BackendError(f"redis: {exc}") from exc
-
-    return wrapper
 
 
 class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
@@ -141,7 +119,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._s[name], keys_, args)
 
-    @_guard
+    @guard
     async def start(self) -> None:
         """Check the connection and create the job consumer group."""
         await self.client.ping()
@@ -184,7 +162,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             return False
 
     # -- runs --------------------------------------------------------------------------
-    @_guard
+    @guard
     async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
                          request_hash: str | None = None,
                          first_event: ServiceEvent | None = None) -> tuple[RunRecord, bool]:
@@ -241,13 +219,13 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             await asyncio.sleep(0.02)
         raise BackendError(f"idempotency key {key}: run {run_id} missing")
 
-    @_guard
+    @guard
     async def get_run(self, run_id: str) -> RunRecord | None:
         """See ``Backend.get_run``."""
         raw: Any = await self.client.hgetall(keys.run_key(run_id))
         return decode_record(raw)
 
-    @_guard
+    @guard
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
                         limit: int, cursor: str | None) -> RunPage:
         """See ``Backend.list_runs``: walks the tenant's zset newest first, filtering."""
@@ -282,26 +260,26 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             await self.client.zrem(zkey, *gone)
         return [r for r in records if r is not None]
 
-    @_guard
+    @guard
     async def update_run(self, run_id: str, attempt: int, **fields: Any) -> None:
         """See ``Backend.update_run``."""
         pairs = [x for kv in encode_fields(fields).items() for x in kv]
         await self._run("UPDATE", [keys.run_key(run_id)], [attempt, *pairs])
 
-    @_guard
+    @guard
     async def expires_in(self, run_id: str) -> float | None:
         """Seconds until the run's keys expire (None: no TTL yet)."""
         ttl = await self.client.pttl(keys.run_key(run_id))
         return ttl / 1000 if ttl >= 0 else None
 
     # -- checkpoints and events -------------------------------------------------------
-    @_guard
+    @guard
     async def load_checkpoint(self, run_id: str) -> list[dict[str, Any]]:
         """See ``Backend.load_checkpoint``."""
         return [orjson.loads(m) for m in await self.client.lrange(keys.checkpoint_key(run_id),
                                                                   0, -1)]
 
-    @_guard
+    @guard
     async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
         """See ``Backend.append_events``: one APPEND script (XADD ``<seq>-0`` per event)."""
         args: list[Any] = [
@@ -319,14 +297,14 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
                     keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")]
         return int(await self._run("APPEND", run_keys, args))
 
-    @_guard
+    @guard
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """See ``Backend.read_events``."""
         rows: Any = await self.client.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+",
                                         count=limit)
         return _stored(rows)
 
-    @_guard
+    @guard
     async def get_run_and_events(self, run_id: str, after: int, limit: int
                                  ) -> tuple[RunRecord | None, list[StoredEvent]]:
         """See ``Backend.get_run_and_events``: HGETALL and XRANGE in one pipeline."""
@@ -355,7 +333,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         return notes.events_after(run_id, after) or await self.read_events(run_id, after)
 
     # -- queues -----------------------------------------------------------------------
-    @_guard
+    @guard
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
         """See ``Backend.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed)."""
         body = queue_event_body(run_id, "message_queued", item.id, kind)
@@ -363,14 +341,14 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         return int(await self._run("ENQUEUE", run_keys, ["", queue_entry(item), body,
                                                          self._channel(run_id), f"e:{run_id}"]))
 
-    @_guard
+    @guard
     async def close_queues(self, run_id: str, attempt: int) -> bool:
         """See ``Backend.close_queues``."""
         run_keys = [keys.run_key(run_id), keys.queue_key(run_id, "steer"),
                     keys.queue_key(run_id, "follow_up")]
         return bool(await self._run("CLOSE_QUEUES", run_keys, [attempt]))
 
-    @_guard
+    @guard
     async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
         """See ``Backend.list_queue``."""
         out: list[tuple[QueueKind, QueuedMessage]] = []
@@ -380,7 +358,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
                 out.append((kind, parse_queue_entry(raw)))
         return out
 
-    @_guard
+    @guard
     async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
         """See ``Backend.withdraw``."""
         bodies = [queue_event_body(run_id, "message_withdrawn", message_id, kind)
@@ -395,7 +373,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             raise RunNotFound(message_id)
         return "steer" if answer == "steer" else "follow_up"
 
-    @_guard
+    @guard
     async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
                    attempt: int | None = None) -> list[QueuedMessage]:
         """See ``Backend.take``."""
@@ -407,7 +385,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         """See ``Backend.ack``."""
         await self.append_events(run_id, None, EventBatch(acks=[(kind, q.id) for q in items]))
 
-    @_guard
+    @guard
     async def release(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
         """See ``Backend.release``."""
         await self._run("RELEASE", self._one_queue(run_id, kind), ["", *(q.id for q in items)])
@@ -416,7 +394,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         return [keys.run_key(run_id), keys.queue_key(run_id, kind),
                 keys.inflight_key(run_id, kind), keys.taken_key(run_id)]
 
-    @_guard
+    @guard
     async def queue_lengths(self, run_id: str) -> dict[str, int]:
         """See ``Backend.queue_lengths``."""
         async with self.client.pipeline(transaction=False) as pipe:
@@ -426,13 +404,13 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         return {"steer": int(steer), "follow_up": int(follow_up)}
 
     # -- cancel -----------------------------------------------------------------------
-    @_guard
+    @guard
     async def request_cancel(self, run_id: str) -> None:
         """See ``Backend.request_cancel``: a flag on the run plus a ``c:<run>`` note."""
         await self._run("CANCEL", [keys.run_key(run_id)],
                         ["", self._channel(run_id), f"c:{run_id}"])
 
-    @_guard
+    @guard
     async def cancel_requested(self, run_id: str) -> bool:
         """See ``Backend.cancel_requested``."""
         return bool(await self.client.hget(keys.run_key(run_id), "cancel"))
@@ -453,7 +431,7 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
         claims = await self.claim_many(worker, timeout, 1)
         return claims[0] if claims else None
 
-    @_guard
+    @guard
     async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109
                          count: int) -> list[Claim]:
         """See ``Backend.claim_many``: lapsed runs first (XAUTOCLAIM, looked for at most once a
@@ -548,18 +526,18 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             pipe.xdel(keys.JOBS_STREAM, entry_id)
             await pipe.execute()
 
-    @_guard
+    @guard
     async def heartbeat(self, worker: str) -> None:
         """See ``Backend.heartbeat``: one SET of the worker's liveness key (PX lease)."""
         await self._alive(worker)
 
-    @_guard
+    @guard
     async def finish(self, run_id: str, attempt: int) -> None:
         """See ``Backend.finish``: expire the run's keys, acknowledge its job."""
         job = await self._run("FINISH", keys.run_keys(run_id), [attempt, int(self.run_ttl)])
         await self._drop_job(job)
 
-    @_guard
+    @guard
     async def release_run(self, run_id: str, attempt: int) -> None:
         """See ``Backend.release_run``: a fresh job entry, so a waiting worker takes it now."""
         job = await self._run("RELEASE_RUN", [keys.run_key(run_id)], [attempt])

@@ -6,16 +6,15 @@ decision exactly-once."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import orjson
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from app.backends import redis_keys as keys
-from app.backends.base import BackendError, FencedOut, RunNotFound, now
+from app.backends.base import now
 from app.backends.parking_base import DecisionRefused, ParkedState
+from app.backends.redis_errors import guard
 from app.backends.redis_scripts import _PUBLISH
 from app.events import ApprovalDecided, encode_event_body, utc_now
 
@@ -29,24 +28,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Redis failures as the backend's exceptions (as ``redis._guard``)."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except ResponseError as exc:
-            text = str(exc)
-            if "FENCED" in text:
-                raise FencedOut(text) from None
-            if "NOTFOUND" in text:
-                raise RunNotFound(text) from None
-            raise BackendError(text) from exc
-        except (RedisError, RedisClusterException, OSError) as exc:
-            raise BackendError(f"redis: {exc}") from exc
-
-    return wrapper
 
 
 _PRELUDE = """
@@ -126,7 +107,7 @@ class RedisParking:
             self._parking_scripts = scripts
         return await self._pipeline.call(scripts[name], keys_, args)
 
-    @_guard
+    @guard
     async def park(self, run_id: str, attempt: int, calls: list[dict[str, Any]],
                    deadline: float | None) -> bool:
         """See ``ParkingStore.park``."""
@@ -142,7 +123,7 @@ class RedisParking:
         await self._drop_job(job.decode())
         return bool(outcome == b"parked")
 
-    @_guard
+    @guard
     async def decide(self, run_id: str, tool_call_id: str, decision: dict[str, Any],
                      event: ApprovalDecided) -> bool:
         """See ``ParkingStore.decide``."""
@@ -159,7 +140,7 @@ class RedisParking:
             await self._wake(run_id)
         return bool(answer == "woken")
 
-    @_guard
+    @guard
     async def wake(self, run_id: str) -> bool:
         """See ``ParkingStore.wake``."""
         woken = await self._park_script("WAKE", [keys.run_key(run_id), keys.parked_key(run_id)],
@@ -168,7 +149,7 @@ class RedisParking:
             await self._wake(run_id)
         return bool(woken)
 
-    @_guard
+    @guard
     async def expire_due(self, at: float) -> list[str]:
         """See ``ParkingStore.expire_due``."""
         due: Any = await self.client.zrangebyscore(keys.PARKED_INDEX, "-inf", at)
@@ -189,7 +170,7 @@ class RedisParking:
                 await self.client.zrem(keys.PARKED_INDEX, run_id)
         return woken
 
-    @_guard
+    @guard
     async def parked_state(self, run_id: str) -> ParkedState | None:
         """See ``ParkingStore.parked_state``."""
         async with self.client.pipeline(transaction=False) as pipe:

@@ -5,6 +5,7 @@ call into events; ``tool_exec`` runs one picked function; ``history`` repairs th
 before every model call. The queue vocabulary it shares with the backends is ``app.queues``.
 """
 
-from app.loop.agent import ABORTED_TOOL, AgentLoop, LoopConfig, LoopOutcome, Resume, run_loop
+from app.loop.agent import ABORTED_TOOL, AgentLoop, LoopConfig, LoopOutcome, run_loop
+from app.loop.resume_point import Resume
 
 __all__ = ["ABORTED_TOOL", "AgentLoop", "LoopConfig", "LoopOutcome", "Resume", "run_loop"]

@@ -39,6 +39,7 @@ from app.events import (
     TurnStart,
 )
 from app.loop.history import repair, unanswered_calls
+from app.loop.resume_point import Resume, last_reply, results_after
 from app.loop.streaming import Abortable, Deadline, stream_assistant
 from app.loop.tool_exec import (
     CUT_OFF_BY_LENGTH,
@@ -113,34 +114,6 @@ class LoopOutcome:
     parked: list[WaitingCall] = field(default_factory=list)
     """Non-empty: the loop stopped to wait for these answers (no ``agent_end`` was sent); the
     runner parks the run and continues it from the checkpoint once they arrive."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Resume:
-    """Where a run taken over from a lost worker stands (``app.resume`` reads it from the log).
-    The events of ``messages`` were written; the loop sends no ``agent_start``, continues an
-    open turn and counts ``rounds`` against ``max_iterations``."""
-
-    messages: list[Message]
-    """What the run had added (its checkpoint), already part of ``context``."""
-    rounds: int = 0
-    """Rounds already made (depth-0 ``turn_start``s written)."""
-    turn_open: bool = False
-    """The last of them has no ``turn_end``: the loop finishes that turn first."""
-
-
-def _last_reply(resume: Resume) -> AssistantMessage | None:
-    """The reply of the last round made, or None when that round's model call never ended."""
-    replies = [m for m in resume.messages if isinstance(m, AssistantMessage)]
-    if not replies or (resume.turn_open and len(replies) < resume.rounds):
-        return None
-    return replies[-1]
-
-
-def _results_after(context: list[Message], reply: AssistantMessage) -> list[ToolResultMessage]:
-    """The tool results that follow ``reply`` in the history (its turn's results)."""
-    at = max(i for i, m in enumerate(context) if m is reply)
-    return [m for m in context[at + 1:] if isinstance(m, ToolResultMessage)]
 
 
 class _Aborted(Exception):
@@ -260,13 +233,13 @@ class AgentLoop:
     async def _resume(self, resume: Resume) -> tuple[bool, LoopOutcome | None]:
         """Finish what the lost attempt left open, as the loop would have: ``(whether the
         model is called next, the outcome when the run ends here)``."""
-        reply = _last_reply(resume)
+        reply = last_reply(resume)
         if reply is None:  # no reply in this turn yet: its model call is made (again)
             self.reopened = resume.turn_open
             return True, None
         if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
             await self._execute(unanswered_calls(self.context), reply)
-            self.emit(TurnEnd(message=reply, tool_results=_results_after(self.context, reply)))
+            self.emit(TurnEnd(message=reply, tool_results=results_after(self.context, reply)))
         if reply.stop_reason in ("error", "aborted"):
             return False, self._outcome(reply.stop_reason, reply.error_message)
         self._check_abort()
