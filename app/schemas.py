@@ -65,7 +65,8 @@ class ClientTool(BaseModel):
 class CreateRun(BaseModel):
     """``POST /runs`` body."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"input": "What is 6 times 7?"}]})
 
     model: str | None = Field(default=None, description="provider:model; server default if unset")
     input: InputJson = Field(description="a user message, or a conversation")
@@ -90,8 +91,9 @@ class CreateRun(BaseModel):
         description="seconds the run may take from its start before it ends with stop_reason "
                     "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: dict[str, str] = Field(default_factory=dict)
-    thread_id: str | None = Field(default=None, description=(
-        "continue this thread (as POST /threads/{id}/runs): input is the new user message(s)"))
+    thread_id: str | None = Field(default=None, pattern=r"^thr_[0-9a-f]{32}$", description=(
+        "continue this thread (as POST /threads/{id}/runs): input is the new user message(s); "
+        "404 thread_not_found when no such thread is yours"))
     multitask: MultitaskField | None = Field(default=None, description=(
         "with thread_id: what the message does while the thread is busy (default enqueue)"))
     approval: list[str] | Literal["all", "unsafe"] | None = Field(

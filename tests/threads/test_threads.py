@@ -134,3 +134,20 @@ async def test_a_threads_runs_share_its_workspace(tapi: ThreadApi) -> None:
         await tapi.wait_idle(thread_id)
     thread = await tapi.thread(thread_id)
     assert "kept between turns" in texts(thread["messages"])[-1][1]
+
+
+async def test_post_runs_names_a_bad_or_unknown_thread_id() -> None:
+    """``POST /runs`` with a ``thread_id`` no thread can have is 422 naming the field; a
+    well-formed id of no thread of the caller's is 404 (both in the OpenAPI document:
+    schemathesis found the 404 undocumented with ``thread_id: ""``)."""
+    from tests.threads.conftest import serve_threads
+
+    async with serve_threads("memory") as tapi:
+        for bad in ("", "thr_", "thr_" + "g" * 32, "nope"):
+            resp = await tapi.client.post("/runs", json={"input": "x", "thread_id": bad})
+            assert resp.status_code == 422, resp.text
+            assert resp.json()["error"]["field"] == "thread_id"
+        resp = await tapi.client.post("/runs", json={"input": "x", "thread_id": "thr_" + "0" * 32})
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "thread_not_found"
+        spec = (await tapi.client.get("/openapi.json")).json()
+        assert "404" in spec["paths"]["/runs"]["post"]["responses"]
