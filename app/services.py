@@ -25,6 +25,7 @@ from app import metrics
 from app.auth import Authenticator
 from app.backends.base import Backend, BackendError
 from app.config import Settings, provider_env
+from app.loop.task_guard import install_task_guard
 from app.run_requests import ResolveProvider
 from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
@@ -230,6 +231,7 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                        default_model=served_default_model(settings, env), env=env,
                        client=client)
         load_tools(settings)
+        install_task_guard(asyncio.get_running_loop())
         sandbox = await probe_sandbox()
         metrics.configure_labels(registry=svc.registry,
                                  providers=provider_settings(settings).profiles)
