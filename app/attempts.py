@@ -6,25 +6,35 @@ say so; the next worker to claim the run judges the attempt before it from two f
 run record: ``progress_mark`` (checkpointed messages when that attempt went live; -1 when it
 never did, or handed the run back) and ``lost_attempts``. Progress is the checkpoint growing.
 
-A suspect (a resumed run with a death without progress on record) takes its first step alone
-on its worker (one worker-wide lock, held until its checkpoint grows, its loop ends or
-``ALONE_FOR`` passes) and only then goes live, so when a suspect's tool kills the process
-again, the other suspects waiting for the lock are not blamed: they were not live. Other
-resumed runs go live at once (a lease lapsed under load must not queue them). Timeline
-(Y kills every worker, X is innocent)::
+Which run killed a worker cannot be known: every run live on it at the time is judged an
+attempt without progress. So that an innocent neighbour is not blamed twice, resumed runs pass
+a worker-wide ``ResumeGate`` before going live. A suspect (a resumed run with a death without
+progress on record) takes its first step alone among resumed runs: it waits for the first steps
+of resumed runs already live on the worker, and resumed runs claimed meanwhile wait for it. Its
+first step ends when its checkpoint grows, its loop ends or ``ALONE_FOR`` passes. Resumed runs
+that are not suspects go live at once unless a suspect is taking its first step (a lease lapsed
+under load must not queue them behind each other). Timeline (Y kills every worker, X is
+innocent)::
 
-    worker A ─ X, Y run ─ Y's tool: os._exit ──────────── (both made progress: lost 0)
-    worker B ─ X, Y live at once ─ os._exit                (neither progressed: lost 1)
-    worker C ─ Y takes the lock, live ─ os._exit           X waited: not blamed (Y: lost 2)
-    worker D ─ X takes the lock ─ live ─ progress ─ unlock ─ Y live ─ os._exit (Y: lost 3)
+    worker A ─ X, Y run ─ Y's tool: os._exit ──────────────── (both made progress: lost 0)
+    worker B ─ X, Y live at once ─ os._exit                    (neither progressed: lost 1)
+    worker C ─ Y first: alone ─ os._exit                       X waited: not blamed (Y: lost 2)
+    worker D ─ X alone ─ progress ─ Y alone ─ os._exit         (X: lost 0, Y: lost 3)
     worker E ─ claim Y: lost_attempts = 3 ≥ max_attempts ─ agent_end (error) ─ failed
 
-so an innocent neighbour is blamed at most once (``max_attempts`` of 2 or more spares it).
+and when Y is not (yet) a suspect while X is (Y's first death counted as progress)::
+
+    worker B ─ X, Y resumed: Y live at once, X waits ─ Y's tool: os._exit   X not blamed
+
+so an innocent neighbour resumed with a deadly run is blamed at most once (``max_attempts`` of
+2 or more spares it). Runs claimed fresh on a worker are not gated: a deadly run sharing a
+worker with a fresh one can cost that one an attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +42,8 @@ from app.backends.base import Backend, Claim, RunRecord
 from app.run_sink import EventSink, retrying
 
 ALONE_FOR = 30.0
-"""Longest a resumed run's first step keeps other resumed runs of its worker waiting (s)."""
+"""Longest a resumed run's first step keeps a suspect (or, a suspect's, other resumed runs)
+of its worker waiting (s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,25 +82,63 @@ async def judge_claim(backend: Backend, claim: Claim, record: RunRecord,
     return verdict
 
 
-async def go_live(lock: asyncio.Lock | None, backend: Backend, claim: Claim,
-                  verdict: Verdict) -> None:
-    """Wait for the worker's lock (None: no wait), then mark the attempt live
-    (``progress_mark``); the caller releases the lock once ``release_after_first_step`` is
-    done."""
-    if lock is not None:
-        await lock.acquire()
+class ResumeGate:
+    """One worker's gate for resumed runs going live (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._suspect = False
+        """A suspect holds the gate (waiting for first steps to end, or taking its own)."""
+        self._first_steps = 0
+        """Resumed runs that are not suspects, live and not past their first step."""
+        self._changed = asyncio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await self._changed.wait()
+
+    async def enter(self, suspect: bool) -> None:
+        """Wait until a resumed run (a ``suspect`` or not) may go live; ``leave`` after its
+        first step."""
+        await self._until(lambda: not self._suspect)
+        if not suspect:
+            self._first_steps += 1
+            return
+        self._suspect = True
+        try:
+            await self._until(lambda: self._first_steps == 0)
+        except BaseException:
+            self.leave(suspect=True)
+            raise
+
+    def leave(self, suspect: bool) -> None:
+        """The first step of a run that ``enter``-ed is over (or it never went live)."""
+        if suspect:
+            self._suspect = False
+        else:
+            self._first_steps -= 1
+        self._notify()
+
+
+async def go_live(gate: ResumeGate, backend: Backend, claim: Claim, verdict: Verdict) -> None:
+    """Pass the worker's gate, then mark the attempt live (``progress_mark``); the caller
+    calls ``gate.leave`` once ``release_after_first_step`` is done."""
+    suspect = verdict.lost > 0
+    await gate.enter(suspect)
     try:
         await retrying(lambda: backend.update_run(claim.run_id, claim.attempt,
                                                   progress_mark=verdict.checkpointed))
     except BaseException:
-        if lock is not None:
-            lock.release()
+        gate.leave(suspect)
         raise
 
 
 async def release_after_first_step(sink: EventSink, loop_task: asyncio.Future[Any]) -> None:
     """Return once the checkpoint grew, the loop ended or ``ALONE_FOR`` passed; the caller
-    releases the lock when this task is done (or cancelled)."""
+    leaves the gate when this task is done (or cancelled)."""
     progress = asyncio.ensure_future(sink.progressed.wait())
     try:
         async with asyncio.timeout(ALONE_FOR):

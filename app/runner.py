@@ -28,7 +28,7 @@ from typing import Any
 
 from app import metrics
 from app.approvals import parking
-from app.attempts import Verdict, go_live, judge_claim, release_after_first_step
+from app.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
 from app.backends.base import (
     TERMINAL,
     Backend,
@@ -79,8 +79,8 @@ class RunnerDeps:
     max_attempts: int = 3
     """Consecutive worker deaths without progress before a run ends ``failed``
     (``AGENTLOOP_MAX_ATTEMPTS``; 0: no cap)."""
-    resume_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    """Resumed runs take their first step one at a time on a worker (``app.attempts``)."""
+    resume_gate: ResumeGate = field(default_factory=ResumeGate)
+    """Suspects take their first step alone among resumed runs on a worker (``app.attempts``)."""
 
 
 async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
@@ -144,12 +144,12 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         await _end_at_start(deps, claim, sink, str(exc))
         return
-    if verdict is not None:
-        await _go_live(deps, claim, sink, verdict)
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, abort)
+    if verdict is not None:  # nothing awaits between the gate and ``_first_step`` below
+        await _go_live(deps, claim, sink, verdict)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
-    first = _first_step(deps, sink, loop_task) if _suspect(verdict) else None
+    first = _first_step(deps, sink, loop_task, _suspect(verdict)) if verdict is not None else None
     watch = asyncio.create_task(_watch_cancel(deps.backend, claim.run_id, abort))
     try:
         outcome = await _until_loop_ends(loop_task, sink)
@@ -195,22 +195,21 @@ def _suspect(verdict: Verdict | None) -> bool:
 
 
 async def _go_live(deps: RunnerDeps, claim: Claim, sink: EventSink, verdict: Verdict) -> None:
-    """A suspect run waits for its worker's resume lock (``app.attempts``), any other resumed
-    run goes live at once; a shutdown while it waits hands it back."""
+    """A resumed run passes its worker's resume gate (``app.attempts``); a shutdown while it
+    waits hands it back."""
     try:
-        await go_live(deps.resume_lock if _suspect(verdict) else None, deps.backend, claim,
-                      verdict)
+        await go_live(deps.resume_gate, deps.backend, claim, verdict)
     except asyncio.CancelledError:
         await _hand_back(deps.backend, claim, None, sink)
         raise
 
 
-def _first_step(deps: RunnerDeps, sink: EventSink,
-                loop_task: asyncio.Task[LoopOutcome]) -> asyncio.Task[None]:
-    """The task releasing the resume lock after the run's first step (even if cancelled
-    before it ever ran: a done callback releases it)."""
+def _first_step(deps: RunnerDeps, sink: EventSink, loop_task: asyncio.Task[LoopOutcome],
+                suspect: bool) -> asyncio.Task[None]:
+    """The task leaving the resume gate after the run's first step (even if cancelled
+    before it ever ran: a done callback leaves it)."""
     task = asyncio.create_task(release_after_first_step(sink, loop_task))
-    task.add_done_callback(lambda _: deps.resume_lock.release())
+    task.add_done_callback(lambda _: deps.resume_gate.leave(suspect))
     return task
 
 
