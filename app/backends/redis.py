@@ -38,43 +38,34 @@ from app.backends import redis_keys as keys
 from app.backends import redis_scripts as lua
 from app.backends.base import (
     BackendError,
-    Claim,
     EventBatch,
     IdempotencyConflict,
-    QueueItemTaken,
-    RunNotFound,
     RunPage,
     RunRecord,
     ServiceEvents,
     StoredEvent,
     first_event_body,
-    parse_queue_entry,
-    queue_entry,
-    queue_event_body,
 )
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
+from app.backends.redis_dispatch import RedisDispatch
 from app.backends.redis_errors import guard
 from app.backends.redis_notify import Notifier
 from app.backends.redis_notify_sharded import ShardedNotifier
 from app.backends.redis_parking import RedisParking
 from app.backends.redis_pipeline import ScriptPipeline
+from app.backends.redis_queues import RedisQueues
 from app.backends.redis_records import decode_record, encode_fields, encode_record
 from app.backends.redis_threads import RedisThreads
 from app.events import ServiceEvent
-from app.queues import QueuedMessage, QueueKind, QueueMode
 
 P = ParamSpec("P")
 T = TypeVar("T")
-_Entry = tuple[bytes, dict[bytes, bytes] | None]
-"""A job stream entry: its id and fields (None once deleted)."""
-BLOCK_MAX = 1.0
-"""Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
 
 
 
 
-class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
+class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, ServiceEvents):
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
     ``client_name`` shows in CLIENT LIST (workers use their name); ``cluster``: ``url`` names
@@ -332,77 +323,6 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
             return []
         return notes.events_after(run_id, after) or await self.read_events(run_id, after)
 
-    # -- queues -----------------------------------------------------------------------
-    @guard
-    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """See ``Backend.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed)."""
-        body = queue_event_body(run_id, "message_queued", item.id, kind)
-        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id)]
-        return int(await self._run("ENQUEUE", run_keys, ["", queue_entry(item), body,
-                                                         self._channel(run_id), f"e:{run_id}"]))
-
-    @guard
-    async def close_queues(self, run_id: str, attempt: int) -> bool:
-        """See ``Backend.close_queues``."""
-        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, "steer"),
-                    keys.queue_key(run_id, "follow_up")]
-        return bool(await self._run("CLOSE_QUEUES", run_keys, [attempt]))
-
-    @guard
-    async def list_queue(self, run_id: str) -> list[tuple[QueueKind, QueuedMessage]]:
-        """See ``Backend.list_queue``."""
-        out: list[tuple[QueueKind, QueuedMessage]] = []
-        for kind in ("steer", "follow_up"):
-            entries: Any = await self.client.lrange(keys.queue_key(run_id, kind), 0, -1)
-            for raw in entries:
-                out.append((kind, parse_queue_entry(raw)))
-        return out
-
-    @guard
-    async def withdraw(self, run_id: str, message_id: str) -> QueueKind:
-        """See ``Backend.withdraw``."""
-        bodies = [queue_event_body(run_id, "message_withdrawn", message_id, kind)
-                  for kind in ("steer", "follow_up")]
-        answer = await self._run("WITHDRAW", [keys.run_key(run_id), *keys.queue_keys(run_id),
-                                              keys.events_key(run_id)],
-                                 ["", message_id, *bodies, self._channel(run_id), f"e:{run_id}"])
-        answer = answer.decode()
-        if answer == "taken":
-            raise QueueItemTaken(message_id)
-        if answer == "none":
-            raise RunNotFound(message_id)
-        return "steer" if answer == "steer" else "follow_up"
-
-    @guard
-    async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
-                   attempt: int | None = None) -> list[QueuedMessage]:
-        """See ``Backend.take``."""
-        raw = await self._run("TAKE", self._one_queue(run_id, kind),
-                              ["" if attempt is None else attempt, mode])
-        return [parse_queue_entry(r) for r in raw]
-
-    async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
-        """See ``Backend.ack``."""
-        await self.append_events(run_id, None, EventBatch(acks=[(kind, q.id) for q in items]))
-
-    @guard
-    async def release(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:
-        """See ``Backend.release``."""
-        await self._run("RELEASE", self._one_queue(run_id, kind), ["", *(q.id for q in items)])
-
-    def _one_queue(self, run_id: str, kind: QueueKind) -> list[str]:
-        return [keys.run_key(run_id), keys.queue_key(run_id, kind),
-                keys.inflight_key(run_id, kind), keys.taken_key(run_id)]
-
-    @guard
-    async def queue_lengths(self, run_id: str) -> dict[str, int]:
-        """See ``Backend.queue_lengths``."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.llen(keys.queue_key(run_id, "steer"))
-            pipe.llen(keys.queue_key(run_id, "follow_up"))
-            steer, follow_up = await pipe.execute()
-        return {"steer": int(steer), "follow_up": int(follow_up)}
-
     # -- cancel -----------------------------------------------------------------------
     @guard
     async def request_cancel(self, run_id: str) -> None:
@@ -424,125 +344,6 @@ class RedisBackend(RedisThreads, RedisParking, ServiceEvents):
                 await waiter.wait()
         finally:
             self.notifier.forget_cancel(run_id)
-
-    # -- dispatch ---------------------------------------------------------------------
-    async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
-        """See ``Backend.claim``."""
-        claims = await self.claim_many(worker, timeout, 1)
-        return claims[0] if claims else None
-
-    @guard
-    async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109
-                         count: int) -> list[Claim]:
-        """See ``Backend.claim_many``: lapsed runs first (XAUTOCLAIM, looked for at most once a
-        second), then new jobs (XREADGROUP COUNT), assigned in one pipeline."""
-        try:
-            return await self._claim(worker, timeout, count)
-        except ResponseError as exc:
-            if "NOGROUP" in str(exc):  # Redis lost its data (restart without persistence)
-                self._group_ready = False
-            raise
-
-    async def _claim(self, worker: str, timeout: float,  # noqa: ASYNC109
-                     count: int) -> list[Claim]:
-        await self._ensure_group()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            entries: list[tuple[bytes, dict[bytes, bytes] | None]] = []
-            if loop.time() >= self._next_scan:
-                entries = await self._lapsed(worker, count)
-                if not entries:
-                    self._next_scan = loop.time() + min(0.5, self.lease / 4)
-            if not entries:
-                # wake for the next scan too: a lapsed worker is noticed within one interval
-                block = min(BLOCK_MAX, deadline - loop.time(),
-                            max(self._next_scan - loop.time(), 0.05))
-                if block <= 0:
-                    return []
-                rows: Any = await self.client.xreadgroup(
-                    keys.JOBS_GROUP, worker, {keys.JOBS_STREAM: ">"}, count=count,
-                    block=max(1, int(block * 1000)))
-                entries = [entry for _, found in rows or [] for entry in found]
-            claims = await self._assign_all(worker, entries)
-            if claims:
-                await self._alive(worker)  # a claim is a heartbeat
-                return claims
-
-    async def _lapsed(self, worker: str, count: int) -> list[_Entry]:
-        """Jobs of workers whose liveness key has lapsed, now claimed for ``worker``."""
-        summary: Any = await self.client.xpending(keys.JOBS_STREAM, keys.JOBS_GROUP)
-        me = worker.encode()
-        holders = [c["name"] for c in summary.get("consumers") or [] if c["name"] != me]
-        if not holders:
-            return []
-        alive: Any = await self.client.mget([keys.worker_key(h.decode()) for h in holders])
-        entries: list[_Entry] = []
-        for holder, live in zip(holders, alive, strict=True):
-            if not live and len(entries) < count:
-                entries += await self._jobs_of(holder, worker, count - len(entries))
-        return entries
-
-    async def _jobs_of(self, holder: bytes, worker: str, count: int) -> list[_Entry]:
-        rows: Any = await self.client.xpending_range(keys.JOBS_STREAM, keys.JOBS_GROUP, "-", "+",
-                                                     count, consumername=holder)
-        if not rows:
-            return []
-        claimed: Any = await self.client.xclaim(
-            keys.JOBS_STREAM, keys.JOBS_GROUP, worker, int(self.lease * 500),
-            [r["message_id"] for r in rows])
-        return list(claimed)
-
-    async def _alive(self, worker: str) -> None:
-        await self.client.set(keys.worker_key(worker), b"1", px=max(1, int(self.lease * 1000)))
-
-    async def _assign_all(self, worker: str, entries: list[tuple[bytes, dict[bytes, bytes] | None]]
-                          ) -> list[Claim]:
-        found = await asyncio.gather(*(self._assign(worker, entry_id, fields)
-                                       for entry_id, fields in entries))
-        return [claim for claim in found if claim is not None]
-
-    async def _assign(self, worker: str, entry_id: bytes, fields: dict[bytes, bytes] | None
-                      ) -> Claim | None:
-        run_id = (fields or {}).get(b"run", b"").decode()
-        try:
-            attempt = int(await self._run("CLAIM", [keys.run_key(run_id),
-                                                    *keys.queue_keys(run_id)],
-                                          ["", orjson.dumps(worker), entry_id]))
-        except ResponseError as exc:
-            if "NOTFOUND" not in str(exc):
-                raise
-            attempt = 0
-        if attempt == 0:  # ended or expired: the job is done
-            await self._drop_job(entry_id)
-            return None
-        return Claim(run_id=run_id, attempt=attempt, resumed=attempt > 1)
-
-    async def _drop_job(self, entry_id: bytes | str) -> None:
-        if not entry_id:
-            return
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
-            pipe.xdel(keys.JOBS_STREAM, entry_id)
-            await pipe.execute()
-
-    @guard
-    async def heartbeat(self, worker: str) -> None:
-        """See ``Backend.heartbeat``: one SET of the worker's liveness key (PX lease)."""
-        await self._alive(worker)
-
-    @guard
-    async def finish(self, run_id: str, attempt: int) -> None:
-        """See ``Backend.finish``: expire the run's keys, acknowledge its job."""
-        job = await self._run("FINISH", keys.run_keys(run_id), [attempt, int(self.run_ttl)])
-        await self._drop_job(job)
-
-    @guard
-    async def release_run(self, run_id: str, attempt: int) -> None:
-        """See ``Backend.release_run``: a fresh job entry, so a waiting worker takes it now."""
-        job = await self._run("RELEASE_RUN", [keys.run_key(run_id)], [attempt])
-        await self._add_job(run_id)
-        await self._drop_job(job)
 
 
 async def _quietly(check: Awaitable[bool]) -> bool:
