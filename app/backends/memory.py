@@ -160,6 +160,11 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
 
     async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
         """See ``Backend.append_events``."""
+        return self.append_now(run_id, attempt, batch)
+
+    def append_now(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
+        """``append_events`` without the await: the run's sink writes from the loop's step
+        (``app.run_sink``)."""
         record = self._fenced(run_id, attempt) if attempt is not None else self._must(run_id)
         state = self._state[run_id]
         if batch.token is not None and batch.token == state.last_token:
