@@ -10,7 +10,8 @@ per tree the median µs of server CPU per frame and the ratio new / base per rou
     .venv/bin/python bench/ab_live.py --base /tmp/base-checkout --redis
 
 ``--base``: a checkout of the commit to compare against (``git archive <commit> | tar -x -C
-DIR``); both trees run on this virtualenv.
+DIR``), ``--new`` the one measured (this checkout by default; a snapshot keeps edits made
+meanwhile out); both trees run on this virtualenv.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ def _cell(fake: Any, root: Path, redis: bool, streams: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", type=Path, required=True, help="the other tree (A)")
+    p.add_argument("--new", type=Path, default=ROOT,
+                   help="the tree measured against it (B; default this checkout)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--streams", type=int, default=200)
     p.add_argument("--redis", action="store_true", help="the Redis backend")
     args = p.parse_args(argv)
-    trees = {"base": args.base.resolve(), "new": ROOT}
+    trees = {"base": args.base.resolve(), "new": args.new.resolve()}
     fake = _live_fake()
     rows: list[dict[str, Any]] = []
     try:
