@@ -43,11 +43,15 @@ async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: 
         elif head:
             yield head  # nothing to replay: the client learns ``retry`` before it waits
         behind = True  # the tap holds only what came after it opened: read the log first
+        following = False
         delay = 0.1
         while True:
             if behind or tap.resync:
                 tap.resync = False
                 try:
+                    if not following:  # before the log is read: no news is missed after it
+                        await feeds.follow(run_id)
+                        following = True
                     events = await backend.read_events(run_id, last, PAGE)
                 except BackendError as exc:
                     log.warning("event stream of %s: backend unavailable (%s); retrying",
@@ -76,6 +80,7 @@ async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: 
             if await tap.wait():
                 continue
             try:  # idle for ``poll`` s: ended (status first, then what is left) or ping
+                await feeds.follow(run_id)
                 ended = await run_ended(backend, run_id)
                 events = await backend.read_events(run_id, last, PAGE)
             except BackendError:

@@ -21,7 +21,7 @@ once nothing arrived for ``idle`` seconds, the subscriber's cue to ping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from app.backends.base import StoredEvent
 from app.sse_frames import ends_stream, frame
@@ -102,8 +102,15 @@ class Tap:
 class LiveFeeds:
     """The taps of every run subscribed in this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, follow: Callable[[str], Awaitable[None]] | None = None) -> None:
         self._taps: dict[str, list[Tap]] = {}
+        self._follow = follow
+
+    async def follow(self, run_id: str) -> None:
+        """Make sure news of ``run_id`` reaches this process (Redis: its notes subscribed)
+        before the subscriber reads the log; again when idle (a lost subscription comes back)."""
+        if self._follow is not None:
+            await self._follow(run_id)
 
     def open(self, run_id: str, idle: float) -> Tap:
         """A tap on ``run_id``'s frames pushed from now on."""

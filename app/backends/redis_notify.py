@@ -3,10 +3,12 @@
 Writers publish on ``al:notify`` after each appended batch: a header line
 ``e:<run>:<first seq>:<last seq>`` followed by the batch itself (one ``seq\ttype\tdata`` line
 per event; left out when the batch is large), and ``c:<run>`` on cancel. Subscribers never hold
-a Redis connection of their own: they wait on an ``asyncio.Event`` here. For runs a tail in this
-process watches, the listener keeps the run's last seq and its latest batch, so a tail that keeps
-up takes the new events straight from the note: no XRANGE per batch (it was the largest share
-of Redis round trips per run). Anything it cannot prove contiguous is read from the log.
+a Redis connection of their own: they wait on an ``asyncio.Event`` here. A run's SSE
+subscribers here are handed each batch as frames through ``feeds``
+(``app.backends.live_feed``); for runs a tail in this process watches, the listener also keeps
+the run's last seq and its latest batch, so a tail that keeps up takes the new events straight
+from the note: no XRANGE per batch (it was the largest share of Redis round trips per run).
+Anything it cannot prove contiguous is read from the log.
 
 Timeline (one SSE tail)::
 
@@ -31,6 +33,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.backends.base import StoredEvent
+from app.backends.live_feed import LiveFeeds
 from app.backends.redis_keys import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ class Notifier:
         self._sweep_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self.feeds = LiveFeeds(follow=self.follow)
+        """SSE subscribers' taps here, handed each note's batch as frames (``app.sse_tap``)."""
 
     async def ensure_started(self) -> None:
         """Start the listener and wait (briefly) until it is subscribed."""
@@ -159,6 +164,11 @@ class Notifier:
         if kind == "e":
             if run_id in self._watched:
                 self._remember(run_id, last, batch)
+            if self.feeds.watched(run_id):
+                if batch is None:
+                    self.feeds.resync(run_id)  # the note did not carry it: read the log
+                else:
+                    self.feeds.push(run_id, batch)
             event = self._events.pop(run_id, None)
         else:
             event = self._cancels.get(run_id)
@@ -177,7 +187,8 @@ class Notifier:
             self._sweep(now)
 
     def _sweep(self, now: float) -> None:
-        for stale in [r for r, t in self._watched.items() if now - t > WATCH_TTL]:
+        for stale in [r for r, t in self._watched.items()
+                      if now - t > WATCH_TTL and not self.feeds.watched(r)]:
             self._forget(stale)
 
     def _forget(self, run_id: str) -> None:
@@ -188,6 +199,7 @@ class Notifier:
     async def _after_reconnect(self) -> None:
         self._last.clear()  # notes sent while disconnected are lost: knowledge is stale
         self._batch.clear()
+        self.feeds.resync()
         events, self._events = self._events, {}
         for event in events.values():
             event.set()

@@ -60,6 +60,7 @@ class ShardedNotifier(Notifier):
                 continue
             self._last.pop(run_id, None)  # notes may have been missed: re-read the log
             self._batch.pop(run_id, None)
+            self.feeds.resync(run_id)
             event = self._events.pop(run_id, None)
             if event is not None:
                 event.set()
