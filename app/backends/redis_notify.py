@@ -35,8 +35,11 @@ from redis.exceptions import RedisError
 from app.backends.base import StoredEvent
 from app.backends.live_feed import LiveFeeds
 from app.backends.redis_keys import NOTIFY_CHANNEL
+from app.backends.redis_notes_reader import LeanParams, lean_params, open_notes
 
 log = logging.getLogger(__name__)
+LEAN_READER = True
+"""Read notes through ``redis_notes_reader`` where it applies (False: redis-py's pub/sub)."""
 WATCH_TTL = 60.0
 """Seconds a run stays watched after its last tail read (then its batch is forgotten)."""
 
@@ -134,26 +137,47 @@ class Notifier:
 
     async def _listen(self) -> None:
         assert self._client is not None
+        lean = lean_params(self._client) if LEAN_READER else None
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(NOTIFY_CHANNEL)
-                self._ready.set()
-                await self._after_reconnect()
-                # listen() blocks in one read per message; get_message(timeout=...) cost
-                # ~15 µs more per note (a timeout scope each), one note per written batch
-                async for message in pubsub.listen():
-                    self._dispatch(message)
-            except (RedisError, OSError) as exc:
+                if lean is not None:
+                    await self._listen_lean(lean)
+                else:
+                    await self._listen_pubsub(self._client)
+            except (RedisError, OSError, TimeoutError) as exc:  # ConnectionError is an OSError
                 log.warning("notify listener lost Redis (%s); reconnecting", exc)
                 await asyncio.sleep(0.2)
-            finally:
-                await _quiet_close(pubsub)
+
+    async def _listen_lean(self, params: LeanParams) -> None:
+        """Notes read in the connection's callback (``redis_notes_reader``)."""
+        conn = await open_notes(params, NOTIFY_CHANNEL, self._note)
+        try:
+            self._ready.set()
+            await self._after_reconnect()
+            await asyncio.shield(conn.closed)
+            raise ConnectionError("notes connection closed")
+        finally:
+            conn.close()
+
+    async def _listen_pubsub(self, client: Redis) -> None:
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(NOTIFY_CHANNEL)
+            self._ready.set()
+            await self._after_reconnect()
+            # listen() blocks in one read per message; get_message(timeout=...) cost
+            # ~15 µs more per note (a timeout scope each), one note per written batch
+            async for message in pubsub.listen():
+                self._dispatch(message)
+        finally:
+            await _quiet_close(pubsub)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         data = message.get("data")
-        if not isinstance(data, bytes):
-            return
+        if isinstance(data, bytes):
+            self._note(data)
+
+    def _note(self, data: bytes) -> None:
         try:
             note = parse_note(data)
         except (ValueError, UnicodeDecodeError):
