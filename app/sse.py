@@ -2,8 +2,11 @@
 
 Each subscriber pulls from the log at its own pace (``wait_events`` after the last seq it sent),
 so reading consumes nothing, any number may subscribe, and a slow one holds at most one page in
-memory and never delays the run or the others: its send blocks only itself. Timeline of one
-subscriber::
+memory and never delays the run or the others: its send blocks only itself. On a backend with
+live feeds (both built-in ones) a live run's subscribers are handed each event's frame at
+append instead of waking to read the log (``app.sse_tap``; a slow one holds at most
+``live_feed.MAX_PENDING`` frames, then reads the log); the behaviour below is the same. Timeline
+of one subscriber::
 
     retry: <ms> ─ wait_events(after) ─ page ─▶ send ─ … ─ agent_end (depth 0) ─▶ close
     nothing for ``poll`` s ─▶ ``: ping`` ─ run ended and log drained ─▶ close
