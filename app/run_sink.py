@@ -17,6 +17,13 @@ each); the first event after a quiet spell is written at once::
     emit ─┬─ emit emit emit emit ─┬─ emit emit ─────────── emit
     write ┴(at once)   ≥interval ─┴ write (4 events) ───── write (at once: quiet before)
 
+A backend whose writes never wait (``append_now``: the in-process one) is written without the
+writer task: ``emit`` schedules one callback for the end of the loop's current step, which takes
+everything buffered by then (so a ``message_end`` and the acks registered right after it still
+share a batch) and writes it in place, one task wake-up fewer per frame. Anything else (the run
+ending, fenced out, a failed write) goes to the writer task, as do all writes while it is busy,
+so batches keep their order.
+
 A retried batch carries the same ``token``, so a write whose reply was lost is not applied
 twice. ``FencedOut`` ends the writer: the run belongs to another worker now. The depth-0
 ``agent_end`` waits for ``close`` and goes out in one batch with the run's final fields
@@ -31,7 +38,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from app import metrics
 from app.backends.base import Backend, BackendError, EventBatch, FencedOut, RunEnded
@@ -42,6 +49,12 @@ from app.queues import QueuedMessage, QueueKind, QueueMode
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRY_MAX = 1.0
+
+
+class AppendsNow(Protocol):
+    """A backend that applies a batch without waiting (``append_events`` without the await)."""
+
+    def append_now(self, run_id: str, attempt: int | None, batch: EventBatch) -> int: ...
 
 
 class EventSink:
@@ -65,6 +78,13 @@ class EventSink:
         self.written = 0
         self.progressed = asyncio.Event()
         """Set once a batch with checkpoint messages was written (``app.attempts``)."""
+        self._now: Callable[[str, int | None, EventBatch], int] | None = (
+            backend.append_now if _appends_now(backend) else None)
+        self._soon: asyncio.Handle | None = None
+        self._writing = False
+        """The writer task is writing: everything else waits for it (order)."""
+        self._failed: BaseException | None = None
+        self._retry: EventBatch | None = None
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
                                                             name=f"sink-{run_id}")
 
@@ -76,19 +96,18 @@ class EventSink:
         self._buf.append((event, t, checkpoint))
         if self.timings is not None:
             self.timings.observe(event, t)
-        if not self._wake.is_set():
-            self._wake.set()
+        self._kick()
 
     def ack(self, kind: QueueKind, items: list[QueuedMessage]) -> None:
         """Acknowledge injected queue messages with the batch holding their ``message_end``
         (the loop acks right after emitting them, with no await in between)."""
         self._acks.extend((kind, q.id) for q in items)
-        self._wake.set()
+        self._kick()
 
     def set_fields(self, **fields: Any) -> None:
         """Run-record fields to write with the next batch."""
         self._fields.update(fields)
-        self._wake.set()
+        self._kick()
 
     def fenced_out(self) -> None:
         """Another call learnt the run was taken over: stop writing (the runner then stops
@@ -104,16 +123,56 @@ class EventSink:
         self._wake.set()
         await self.task
 
+    def _kick(self) -> None:
+        """Have what is buffered written: in place at the end of this loop step when the
+        backend allows it and the writer is idle, else by the writer task."""
+        if self._now is not None and not self._writing:
+            if self._soon is None:
+                self._soon = asyncio.get_running_loop().call_soon(self._write_now)
+        elif not self._wake.is_set():
+            self._wake.set()
+
+    def _write_now(self) -> None:
+        """The in-place write (see the module docstring); anything unusual goes to the writer."""
+        self._soon = None
+        if self.task.done():
+            return  # the run stopped (cancelled, fenced out): nothing more is written
+        if (self._fenced or self._closing or self._writing or self._failed is not None
+                or self._retry is not None or self._ending()):
+            self._wake.set()
+            return
+        if not (self._buf or self._acks or self._fields):
+            return
+        assert self._now is not None
+        batch = self._take_batch()
+        try:
+            self.last_seq = self._now(self.run_id, self.attempt, batch)
+        except (FencedOut, RunEnded) as exc:
+            self._failed = exc
+        except BackendError:
+            self._retry = batch  # the writer retries it (same token) before anything newer
+        except Exception as exc:  # the writer task fails with it, as it would have written it
+            self._failed = exc
+        else:
+            self._wrote(batch)
+            return
+        self._wake.set()
+
     async def _writer(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._failed is not None:
+                raise self._failed
+            if self._retry is not None:
+                batch, self._retry = self._retry, None
+                await self._write_alone(batch)
             if self._fenced:
                 raise FencedOut(f"run {self.run_id}: attempt {self.attempt} is stale")
             if self._ending() and not self._closing:
                 continue  # agent_end waits for close(): the run's final fields go with it
             if self._buf or self._acks or self._fields:
-                await self._write(self._take_batch())
+                await self._write_alone(self._take_batch())
             if self._closing and not (self._buf or self._acks or self._fields):
                 return
 
@@ -138,16 +197,27 @@ class EventSink:
         return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,
                           fields=fields or None, token=f"{self.attempt}:{self._batches}")
 
+    async def _write_alone(self, batch: EventBatch) -> None:
+        """``_write`` with in-place writes held off meanwhile (they would overtake it)."""
+        self._writing = True
+        try:
+            await self._write(batch)
+        finally:
+            self._writing = False
+
+    def _wrote(self, batch: EventBatch) -> None:
+        self.written += len(batch.events)
+        if batch.checkpoint:
+            self.progressed.set()
+        metrics.EVENTS_WRITTEN.inc(len(batch.events))
+
     async def _write(self, batch: EventBatch) -> None:
         delay = 0.05
         while True:
             try:
                 self.last_seq = await self.backend.append_events(self.run_id, self.attempt,
                                                                  batch)
-                self.written += len(batch.events)
-                if batch.checkpoint:
-                    self.progressed.set()
-                metrics.EVENTS_WRITTEN.inc(len(batch.events))
+                self._wrote(batch)
                 return
             except (FencedOut, RunEnded):
                 raise
@@ -160,6 +230,10 @@ class EventSink:
     @staticmethod
     def _ts(t: float) -> str:
         return rfc3339_ms(t)
+
+
+def _appends_now(backend: Backend) -> TypeGuard[AppendsNow]:
+    return callable(getattr(backend, "append_now", None))
 
 
 STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",

@@ -2,8 +2,11 @@
 
 Each subscriber pulls from the log at its own pace (``wait_events`` after the last seq it sent),
 so reading consumes nothing, any number may subscribe, and a slow one holds at most one page in
-memory and never delays the run or the others: its send blocks only itself. Timeline of one
-subscriber::
+memory and never delays the run or the others: its send blocks only itself. On a backend with
+live feeds (both built-in ones) a live run's subscribers are handed each event's frame at
+append instead of waking to read the log (``app.sse_tap``; a slow one holds at most
+``live_feed.MAX_PENDING`` frames, then reads the log); the behaviour below is the same. Timeline
+of one subscriber::
 
     retry: <ms> ─ wait_events(after) ─ page ─▶ send ─ … ─ agent_end (depth 0) ─▶ close
     nothing for ``poll`` s ─▶ ``: ping`` ─ run ended and log drained ─▶ close
@@ -36,45 +39,28 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-import orjson
 from sse_starlette import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
 from app import metrics
-from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
+from app.backends.base import Backend, BackendError, StoredEvent
+from app.backends.live_feed import LiveFeeds
 from app.send_deadline import SendDeadline
+from app.sse_frames import PAGE, PING, chunk, run_ended
+from app.sse_tap import tapped_frames
+
+__all__ = ["PAGE", "PING", "EventStreamResponse", "event_frames", "event_stream",
+           "retry_field"]
 
 log = logging.getLogger(__name__)
-PAGE = 200
-"""Events read per backend call (bounds a subscriber's buffer)."""
 SEND_TIMEOUT = 30.0
 """Seconds one send may block on a client that does not read before it is dropped."""
-PING = b": ping\n"
-"""A comment line alone: bytes on an idle connection (proxies and clients see it alive)
-that no parser turns into an event (no blank line follows it)."""
 
 
 def retry_field(milliseconds: int) -> bytes:
     """The ``retry:`` field line: how long a client waits before reconnecting. It opens the
     stream and becomes part of the first event's block (it has no blank line of its own)."""
     return b"retry: %d\n" % milliseconds
-
-
-def frame(event: StoredEvent) -> bytes:
-    """One SSE frame; the stored JSON never holds a raw newline (orjson escapes them)."""
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, event.type.encode(), event.data)
-
-
-def _ends_stream(event: StoredEvent) -> bool:
-    """``agent_end`` of the run's own loop (nested loops end with depth > 0)."""
-    if event.type != "agent_end":
-        return False
-    return int(orjson.loads(event.data).get("depth", 0)) == 0
-
-
-async def _ended(backend: Backend, run_id: str) -> bool:
-    record = await backend.get_run(run_id)
-    return record is None or record.status in TERMINAL
 
 
 async def _next_events(backend: Backend, run_id: str, after: int, poll: float,
@@ -86,20 +72,9 @@ async def _next_events(backend: Backend, run_id: str, after: int, poll: float,
     events = await backend.wait_events(run_id, after, poll)
     if events:
         return events[:PAGE]
-    if await _ended(backend, run_id):
+    if await run_ended(backend, run_id):
         return await backend.read_events(run_id, after, PAGE) or None
     return []
-
-
-def _chunk(events: list[StoredEvent]) -> tuple[bytes, int, bool]:
-    """(the frames of ``events`` as one chunk, the last seq sent, whether the run's own
-    ``agent_end`` was among them: nothing after it is sent)."""
-    frames = []
-    for event in events:
-        frames.append(frame(event))
-        if _ends_stream(event):
-            return b"".join(frames), event.seq, True
-    return b"".join(frames), events[-1].seq, False
 
 
 async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
@@ -136,8 +111,8 @@ async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
             if not events:
                 yield PING
                 continue
-            chunk, last, done = _chunk(events)
-            yield head + chunk
+            text, last, done = chunk(events)
+            yield head + text
             head = b""
             if done:
                 return
@@ -196,8 +171,13 @@ def event_stream(backend: Backend, run_id: str, after: int, *, ping: float, retr
                  ended: bool = False) -> EventStreamResponse:
     """The SSE response of a run's events after seq ``after`` (``first``: already read;
     ``ended``: the run had ended when it was read). ``retry`` seconds become the ``retry:``
-    field that opens the stream."""
+    field that opens the stream. A live run on a backend with ``feeds``
+    (``app.backends.live_feed``) is streamed from its tap (``app.sse_tap``)."""
     poll = max(0.05, min(ping, 5.0))
     head = retry_field(max(0, round(retry * 1000)))
+    feeds = getattr(backend, "feeds", None)
+    if isinstance(feeds, LiveFeeds) and not ended:  # frames handed over as they are appended
+        return EventStreamResponse(tapped_frames(backend, feeds, run_id, after, poll, first,
+                                                 head))
     return EventStreamResponse(event_frames(backend, run_id, after, poll, first, ended=ended,
                                             head=head))

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from bench._procs import ROOT, Proc, free_port, start, start_redis, wait_http
 
@@ -75,12 +76,13 @@ def agentloop_argv(port: int) -> list[str]:
 
 
 def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
-                    name: str = "agentloop") -> Proc:
-    """agentloop against ``fake``; with ``redis`` a fresh redis-server rides along in ``extra``."""
+                    name: str = "agentloop", root: Path = ROOT) -> Proc:
+    """agentloop against ``fake``; with ``redis`` a fresh redis-server rides along in ``extra``.
+    ``root``: the source tree to serve (another checkout's, for an A/B; this venv runs it)."""
     env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
                          "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
                          "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
-                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(root)}
     if fake.ca is not None:  # a private CA, trusted the way deployments trust one
         env["SSL_CERT_FILE"] = str(fake.ca)
     redis_proc = start_redis() if redis else None
@@ -88,7 +90,7 @@ def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
     env |= extra_env or {}
     port = free_port()
-    proc = start(name, agentloop_argv(port), port, env=env, cwd=ROOT)
+    proc = start(name, agentloop_argv(port), port, env=env, cwd=root)
     if redis_proc is not None:
         proc.extra.append(redis_proc)
     try:

@@ -36,6 +36,7 @@ from app.backends.base import (
     queue_event_body,
     with_seq,
 )
+from app.backends.live_feed import LiveFeeds
 from app.backends.memory_parking import MemoryParking
 from app.backends.memory_threads import MemoryThreads
 from app.events import ServiceEvent
@@ -84,6 +85,8 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         self._expires: dict[str, float] = {}
         self._cancelled: set[str] = set()
         self._cancel_events: dict[str, asyncio.Event] = {}
+        self.feeds = LiveFeeds()
+        """SSE subscribers' taps, handed each event's frame at append (``app.sse_tap``)."""
 
     async def start(self) -> None:
         """Nothing to connect."""
@@ -160,6 +163,11 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
 
     async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
         """See ``Backend.append_events``."""
+        return self.append_now(run_id, attempt, batch)
+
+    def append_now(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
+        """``append_events`` without the await: the run's sink writes from the loop's step
+        (``app.run_sink``)."""
         record = self._fenced(run_id, attempt) if attempt is not None else self._must(run_id)
         state = self._state[run_id]
         if batch.token is not None and batch.token == state.last_token:
@@ -175,9 +183,9 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         state.last_token = batch.token
         return record.last_seq
 
-    @staticmethod
-    def _add_events(record: RunRecord, state: _RunState,
+    def _add_events(self, record: RunRecord, state: _RunState,
                     events: Sequence[tuple[str, bytes]]) -> None:
+        first = len(state.events)
         for type_, body in events:
             record.last_seq += 1
             state.events.append(StoredEvent(record.last_seq, type_, with_seq(record.last_seq,
@@ -185,6 +193,8 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         if events:
             state.waiter.set()
             state.waiter = asyncio.Event()
+            if self.feeds.watched(record.id):
+                self.feeds.push(record.id, state.events[first:])
 
     async def get_run_and_events(self, run_id: str, after: int, limit: int
                                  ) -> tuple[RunRecord | None, list[StoredEvent]]:

@@ -101,6 +101,7 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
             self.client = Redis(connection_pool=pool)
             self._pipeline = ScriptPipeline(self.client)
             self.notifier = Notifier(self.client, self.cancel_requested)
+        self.feeds = self.notifier.feeds  # live SSE frames from the notes (app.sse_tap)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}

@@ -3,10 +3,12 @@
 Writers publish on ``al:notify`` after each appended batch: a header line
 ``e:<run>:<first seq>:<last seq>`` followed by the batch itself (one ``seq\ttype\tdata`` line
 per event; left out when the batch is large), and ``c:<run>`` on cancel. Subscribers never hold
-a Redis connection of their own: they wait on an ``asyncio.Event`` here. For runs a tail in this
-process watches, the listener keeps the run's last seq and its latest batch, so a tail that keeps
-up takes the new events straight from the note: no XRANGE per batch (it was the largest share
-of Redis round trips per run). Anything it cannot prove contiguous is read from the log.
+a Redis connection of their own: they wait on an ``asyncio.Event`` here. A run's SSE
+subscribers here are handed each batch as frames through ``feeds``
+(``app.backends.live_feed``); for runs a tail in this process watches, the listener also keeps
+the run's last seq and its latest batch, so a tail that keeps up takes the new events straight
+from the note: no XRANGE per batch (it was the largest share of Redis round trips per run).
+Anything it cannot prove contiguous is read from the log.
 
 Timeline (one SSE tail)::
 
@@ -31,9 +33,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from app.backends.base import StoredEvent
+from app.backends.live_feed import LiveFeeds
 from app.backends.redis_keys import NOTIFY_CHANNEL
+from app.backends.redis_notes_reader import LeanParams, lean_params, open_notes
 
 log = logging.getLogger(__name__)
+LEAN_READER = True
+"""Read notes through ``redis_notes_reader`` where it applies (False: redis-py's pub/sub)."""
 WATCH_TTL = 60.0
 """Seconds a run stays watched after its last tail read (then its batch is forgotten)."""
 
@@ -73,6 +79,8 @@ class Notifier:
         self._sweep_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self.feeds = LiveFeeds(follow=self.follow)
+        """SSE subscribers' taps here, handed each note's batch as frames (``app.sse_tap``)."""
 
     async def ensure_started(self) -> None:
         """Start the listener and wait (briefly) until it is subscribed."""
@@ -129,26 +137,47 @@ class Notifier:
 
     async def _listen(self) -> None:
         assert self._client is not None
+        lean = lean_params(self._client) if LEAN_READER else None
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(NOTIFY_CHANNEL)
-                self._ready.set()
-                await self._after_reconnect()
-                # listen() blocks in one read per message; get_message(timeout=...) cost
-                # ~15 µs more per note (a timeout scope each), one note per written batch
-                async for message in pubsub.listen():
-                    self._dispatch(message)
-            except (RedisError, OSError) as exc:
+                if lean is not None:
+                    await self._listen_lean(lean)
+                else:
+                    await self._listen_pubsub(self._client)
+            except (RedisError, OSError, TimeoutError) as exc:  # ConnectionError is an OSError
                 log.warning("notify listener lost Redis (%s); reconnecting", exc)
                 await asyncio.sleep(0.2)
-            finally:
-                await _quiet_close(pubsub)
+
+    async def _listen_lean(self, params: LeanParams) -> None:
+        """Notes read in the connection's callback (``redis_notes_reader``)."""
+        conn = await open_notes(params, NOTIFY_CHANNEL, self._note)
+        try:
+            self._ready.set()
+            await self._after_reconnect()
+            await asyncio.shield(conn.closed)
+            raise ConnectionError("notes connection closed")
+        finally:
+            conn.close()
+
+    async def _listen_pubsub(self, client: Redis) -> None:
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(NOTIFY_CHANNEL)
+            self._ready.set()
+            await self._after_reconnect()
+            # listen() blocks in one read per message; get_message(timeout=...) cost
+            # ~15 µs more per note (a timeout scope each), one note per written batch
+            async for message in pubsub.listen():
+                self._dispatch(message)
+        finally:
+            await _quiet_close(pubsub)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         data = message.get("data")
-        if not isinstance(data, bytes):
-            return
+        if isinstance(data, bytes):
+            self._note(data)
+
+    def _note(self, data: bytes) -> None:
         try:
             note = parse_note(data)
         except (ValueError, UnicodeDecodeError):
@@ -159,6 +188,11 @@ class Notifier:
         if kind == "e":
             if run_id in self._watched:
                 self._remember(run_id, last, batch)
+            if self.feeds.watched(run_id):
+                if batch is None:
+                    self.feeds.resync(run_id)  # the note did not carry it: read the log
+                else:
+                    self.feeds.push(run_id, batch)
             event = self._events.pop(run_id, None)
         else:
             event = self._cancels.get(run_id)
@@ -177,7 +211,8 @@ class Notifier:
             self._sweep(now)
 
     def _sweep(self, now: float) -> None:
-        for stale in [r for r, t in self._watched.items() if now - t > WATCH_TTL]:
+        for stale in [r for r, t in self._watched.items()
+                      if now - t > WATCH_TTL and not self.feeds.watched(r)]:
             self._forget(stale)
 
     def _forget(self, run_id: str) -> None:
@@ -188,6 +223,7 @@ class Notifier:
     async def _after_reconnect(self) -> None:
         self._last.clear()  # notes sent while disconnected are lost: knowledge is stale
         self._batch.clear()
+        self.feeds.resync()
         events, self._events = self._events, {}
         for event in events.values():
             event.set()

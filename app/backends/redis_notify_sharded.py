@@ -50,9 +50,6 @@ class ShardedNotifier(Notifier):
         last = super().watch(run_id)
         return last if self._feeds.live(notes_channel(run_id)) else None
 
-    def _note(self, data: bytes) -> None:
-        self._dispatch({"data": data})
-
     async def _lost(self, channels: list[str]) -> None:
         for channel in channels:
             run_id = self._followed.get(channel)
@@ -60,6 +57,7 @@ class ShardedNotifier(Notifier):
                 continue
             self._last.pop(run_id, None)  # notes may have been missed: re-read the log
             self._batch.pop(run_id, None)
+            self.feeds.resync(run_id)
             event = self._events.pop(run_id, None)
             if event is not None:
                 event.set()

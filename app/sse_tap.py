@@ -1,0 +1,117 @@
+"""A live run's SSE stream fed by a ``Tap`` (``app.backends.live_feed``) instead of a log read
+per wake-up: the frames pushed at append are sent as they are, encoded once for every
+subscriber of the run. The log is still the truth, read whenever the tap cannot prove the next
+frame is the next seq::
+
+    open tap ─ send first page ─ read log after it (until caught up) ─┐
+    ┌─────────────────────────────────────────────────────────────────┘
+    └─ take frames ─ seq = last+1? ─ yes ─▶ send (one chunk per take) ─ … agent_end ─▶ close
+                                   ─ at or below last ─▶ dropped (sent already)
+                                   ─ beyond last+1 or resync ─▶ read log after last
+       nothing for ``poll`` s ─▶ run ended? read what is left, close : ``: ping``
+
+Same framing, pings, backend-down behaviour and end as ``app.sse.event_frames``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from app import metrics
+from app.backends.base import Backend, BackendError, StoredEvent
+from app.backends.live_feed import Frame, LiveFeeds
+from app.sse_frames import PAGE, PING, chunk, run_ended
+
+log = logging.getLogger(__name__)
+
+
+async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: int,
+                        poll: float, first: list[StoredEvent] | None, head: bytes
+                        ) -> AsyncIterator[bytes]:
+    """See the module docstring (the arguments are ``app.sse.event_frames``'s)."""
+    metrics.SSE_SUBSCRIBERS.inc()
+    tap = feeds.open(run_id, poll)
+    try:
+        last = after
+        if first:
+            text, last, done = chunk(first)
+            yield head + text
+            if done:
+                return
+        elif head:
+            yield head  # nothing to replay: the client learns ``retry`` before it waits
+        behind = True  # the tap holds only what came after it opened: read the log first
+        following = False
+        delay = 0.1
+        while True:
+            if behind or tap.resync:
+                tap.resync = False
+                try:
+                    if not following:  # before the log is read: no news is missed after it
+                        await feeds.follow(run_id)
+                        following = True
+                    events = await backend.read_events(run_id, last, PAGE)
+                except BackendError as exc:
+                    log.warning("event stream of %s: backend unavailable (%s); retrying",
+                                run_id, exc, extra={"run_id": run_id})
+                    yield PING
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, poll)
+                    behind = True
+                    continue
+                delay = 0.1
+                behind = len(events) >= PAGE
+                if events:
+                    text, last, done = chunk(events)
+                    yield text
+                    if done:
+                        return
+                continue
+            frames = tap.take()
+            if frames:
+                text, last, done, behind = _next(frames, last)
+                if text:
+                    yield text
+                if done:
+                    return
+                continue
+            if await tap.wait():
+                continue
+            try:  # idle for ``poll`` s: ended (status first, then what is left) or ping
+                await feeds.follow(run_id)
+                ended = await run_ended(backend, run_id)
+                events = await backend.read_events(run_id, last, PAGE)
+            except BackendError:
+                yield PING
+                continue
+            if events:
+                behind = len(events) >= PAGE
+                text, last, done = chunk(events)
+                yield text
+                if done:
+                    return
+            elif ended:
+                return
+            else:
+                yield PING
+    finally:
+        tap.close()
+        metrics.SSE_SUBSCRIBERS.dec()
+
+
+def _next(frames: list[Frame], last: int) -> tuple[bytes, int, bool, bool]:
+    """(the frames that follow ``last`` as one chunk, the new last seq, whether the stream
+    ends, whether a gap was found: the log must be read)."""
+    out: list[bytes] = []
+    for seq, data, ends in frames:
+        if seq <= last:
+            continue
+        if seq != last + 1:
+            return b"".join(out), last, False, True
+        out.append(data)
+        last = seq
+        if ends:
+            return b"".join(out), last, True, False
+    return b"".join(out), last, False, False
