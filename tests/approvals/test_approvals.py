@@ -28,7 +28,8 @@ async def test_approve_runs_the_tool_and_the_run_completes(api: Api) -> None:
     waiting = await parked(api, run["id"])
     assert waiting["pending"] == [{"tool_call_id": "c1", "tool_name": "hitl_delete",
                                    "args": {"path": "/tmp/x"}, "kind": "approval",
-                                   "decided": False}]
+                                   "decided": False, "depth": 0,
+                                   "parent_tool_call_id": None}]
     listed = (await api.client.get("/runs", params={"status": "requires_action"})).json()
     assert [r["id"] for r in listed["runs"]] == [run["id"]]
     stored = await api.call(api.backend.get_run(run["id"]))
