@@ -38,7 +38,7 @@ from app.events import (
     TurnEnd,
     TurnStart,
 )
-from app.loop.history import repair, unanswered_calls
+from app.loop.history import call_ids_in, repair, unanswered_calls
 from app.loop.resume_point import Resume, last_reply, results_after
 from app.loop.streaming import Abortable, Deadline, stream_assistant
 from app.loop.tool_exec import (
@@ -105,8 +105,7 @@ class LoopConfig:
     gate: ApprovalGate | None = None
     """Which picks wait for a person, and the answers so far (None: none ever waits)."""
     replay: Replay | None = None
-    """A woken run's nested loops that parked it, as its log holds them (shared with nested
-    loops; ``app.approvals.nested``)."""
+    """A woken run's parked nested loops as its log holds them (``app.approvals.nested``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -156,7 +155,7 @@ class AgentLoop:
         if config.call_ids is None:
             config.call_ids = set()
         self.call_ids = config.call_ids
-        self.call_ids.update(_call_ids(context))
+        self.call_ids.update(call_ids_in(context))
         if isinstance(config.tool_choice, ForcedTool):  # forcing a deferred tool loads it
             menu.load([config.tool_choice.name])
         self.added: list[Message] = []
@@ -171,12 +170,12 @@ class AgentLoop:
         self.invalid_args: dict[str, str] = {}
         self.reopened = False
         """The next round continues the turn a lost attempt started (no new turn_start)."""
-        self.restarted: set[str] = set()
-        """Calls whose ``tool_execution_start`` is already in the log (``Resume``)."""
+        self.restarted: set[str] = set()  # calls whose start is in the log (Resume)
 
     def emit(self, event: Event) -> None:
-        """Stamp depth and parent on nested events, then hand the event to the sink."""
-        if self.cfg.depth:
+        """Stamp depth and parent on nested events (not on a deeper loop's, already
+        stamped), then hand the event to the sink."""
+        if self.cfg.depth and not event.depth:
             event.depth = self.cfg.depth
             event.parent_tool_call_id = self.cfg.parent_tool_call_id
         self._emit_raw(event)
@@ -479,15 +478,6 @@ class AgentLoop:
             result = last.text() if last is not None and last.text() else None
         return LoopOutcome(stop_reason=reason, error=error, result=result,
                            messages=self.added, usage=usage)
-
-
-def _call_ids(messages: list[Message]) -> set[str]:
-    """Every tool-call id a history already uses (calls and results)."""
-    ids = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
-    for m in messages:
-        if isinstance(m, AssistantMessage):
-            ids.update(c.id for c in m.tool_calls())
-    return ids
 
 
 async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,

@@ -201,3 +201,80 @@ async def test_an_earlier_answer_of_the_turn_is_not_asked_twice(api: Api) -> Non
     assert results_sent(api.fake.requests[3]) == [
         ("o1", False, "inner said: inner done (stop)"), ("o2", False, "deleted edited")]
     check_log(frames)
+
+
+async def test_a_nested_client_tool_is_answered_at_tool_results(api: Api) -> None:
+    RAN.clear()
+    api.fake.script = [fake.tool_calls(("hitl_subagent", {"task": "inner task"}, "o1")),
+                       fake.tool_calls(("pick_color", {}, "n1")),
+                       fake.text("inner got it"), fake.text("outer done")]
+    run = await api.create(input="go", toolset="hitl_testing", client_tools=[
+        {"name": "pick_color", "description": "Asks the user for a color",
+         "parameters": {"type": "object", "properties": {}}}])
+    watch = Watch(api, run["id"])
+    asked = await watch.until("client_tool_requested")
+    assert (asked.data["depth"], asked.data["parent_tool_call_id"]) == (1, "o1")
+    waiting = await parked(api, run["id"])
+    assert waiting["pending"][0]["kind"] == "client_tool"
+    wrong = await decide(api, run["id"], "n1")
+    assert wrong.status_code == 409 and wrong.json()["error"]["code"] == "wrong_kind"
+    resp = await api.client.post(f"/runs/{run['id']}/tool_results",
+                                 json={"tool_call_id": "n1", "content": "blue"})
+    assert resp.status_code == 202, resp.text
+    check_log(await watch.done())
+    await api.wait_status(run["id"], "completed")
+    assert results_sent(api.fake.requests[2]) == [("n1", False, "blue")]
+    assert api.fake.calls == 4
+
+
+async def test_a_pick_two_loops_deep_parks_and_goes_on(api: Api) -> None:
+    RAN.clear()
+    api.fake.script = [fake.tool_calls(("hitl_subagent", {"task": "mid"}, "o1")),
+                       fake.tool_calls(("hitl_subagent", {"task": "deep"}, "m1")),
+                       fake.tool_calls(("hitl_delete", {"path": "x"}, "n1")),
+                       fake.text("deep done"), fake.text("mid done"), fake.text("outer done")]
+    run = await api.create(input="go", toolset="hitl_testing")
+    watch = Watch(api, run["id"])
+    waiting = await parked(api, run["id"])
+    assert [(p["tool_call_id"], p["depth"], p["parent_tool_call_id"])
+            for p in waiting["pending"]] == [("n1", 2, "m1")]
+    assert (await decide(api, run["id"], "n1")).status_code == 202
+    frames = await watch.done()
+    done = await api.wait_status(run["id"], "completed")
+    assert done["result"] == "outer done" and api.fake.calls == 6
+    assert results_sent(api.fake.requests[3]) == [("n1", False, "deleted x")]
+    assert results_sent(api.fake.requests[4]) == [("m1", False, "inner said: deep done (stop)")]
+    assert results_sent(api.fake.requests[5]) == [("o1", False, "inner said: mid done (stop)")]
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    starts = [f.data["tool_call_id"] for f in frames if f.event == "tool_execution_start"]
+    assert starts == ["o1", "m1", "n1"]
+    ends = [f.data["tool_call_id"] for f in frames if f.event == "tool_execution_end"]
+    assert ends == ["n1", "m1", "o1"]
+    loops = [(f.data.get("depth", 0), f.data.get("parent_tool_call_id"))
+             for f in frames if f.event == "agent_start"]
+    assert loops == [(0, None), (1, "o1"), (2, "m1")]
+    assert [f.data.get("depth", 0) for f in frames if f.event == "agent_end"] == [2, 1, 0]
+
+
+async def test_cancel_two_loops_deep_closes_every_loop_once(api: Api) -> None:
+    RAN.clear()
+    api.fake.script = [fake.tool_calls(("hitl_subagent", {"task": "mid"}, "o1")),
+                       fake.tool_calls(("hitl_subagent", {"task": "deep"}, "m1")),
+                       fake.tool_calls(("hitl_delete", {"path": "x"}, "n1"))]
+    run = await api.create(input="go", toolset="hitl_testing")
+    await parked(api, run["id"])
+    assert (await api.client.post(f"/runs/{run['id']}/cancel")).status_code == 202
+    await api.wait_status(run["id"], "cancelled")
+    frames = await Watch(api, run["id"]).done()
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    ends = [(f.data["tool_call_id"], f.data.get("depth", 0), f.data["is_error"],
+             f.data["result"]["content"][0]["text"])
+            for f in frames if f.event == "tool_execution_end"]
+    assert ends == [("n1", 2, True, ABORTED), ("m1", 1, True, ABORTED),
+                    ("o1", 0, True, ABORTED)]
+    assert [(f.data.get("depth", 0), f.data["stop_reason"])
+            for f in frames if f.event == "agent_end"] == [
+        (2, "aborted"), (1, "aborted"), (0, "aborted")]
+    turn_ends = [f.data.get("depth", 0) for f in frames if f.event == "turn_end"]
+    assert turn_ends == [2, 1, 0]
+    assert api.fake.calls == 3 and nested_ran() == ["hitl_subagent", "hitl_subagent"]
