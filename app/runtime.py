@@ -131,10 +131,16 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
             if logged is not None:  # it parked the run: go on from where it stopped
                 resume, prompts = logged.resume(), []
                 context += logged.messages
-        outcome = await run_loop(provider=provider, menu=menu, config=config,
-                                 context=context, emit=emit, prompts=prompts,
-                                 steering=steering, follow_up=follow_up, abort=abort,
-                                 resume=resume)
+        if scope is not None:
+            scope.live += 1
+        try:
+            outcome = await run_loop(provider=provider, menu=menu, config=config,
+                                     context=context, emit=emit, prompts=prompts,
+                                     steering=steering, follow_up=follow_up, abort=abort,
+                                     resume=resume)
+        finally:
+            if scope is not None:
+                scope.live -= 1
         if outcome.parked and scope is not None:  # the whole run parks (app.approvals.nested)
             scope.parked = list(outcome.parked)
             raise NestedParked(f"{len(outcome.parked)} nested picks wait for a person")

@@ -247,7 +247,7 @@ class AgentLoop:
             self.reopened = resume.turn_open
             return True, None
         if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
-            if self.restarted:  # a nested park: a steer queued meanwhile skips the calls
+            if self.restarted and self._nested_unanswered():  # woken by a steer: skip them
                 await self._poll(self.steering, self.cfg.steering_mode)
             await self._execute(unanswered_calls(self.context), reply)
             self.emit(TurnEnd(message=reply, tool_results=results_after(self.context, reply)))
@@ -347,6 +347,13 @@ class AgentLoop:
                 return
             gate.decisions[call.tool_call_id] = asking.result()
 
+    def _nested_unanswered(self) -> bool:
+        """Whether a nested pick the run was woken from has no answer (a steer woke it)."""
+        gate, replay = self.cfg.gate, self.cfg.replay
+        return gate is not None and replay is not None and any(
+            gate.decision(ToolCall(id=c.tool_call_id, name=c.tool_name, arguments=c.args))
+            is None for c in replay.waiting)
+
     async def _run_decided(self, call: ToolCall) -> ToolResult:
         """Run a pick as its answer says (approved picks with the edited arguments)."""
         gate = self.cfg.gate
@@ -382,6 +389,7 @@ class AgentLoop:
         return self._finish_call(call, ToolResult.text(reason, is_error=True))
 
     async def _run_one(self, call: ToolCall, invalid_args: str | None) -> ToolResult:
+        parked_before = call.id in self.restarted  # its body resumes a parked nested loop
         self._start(call)
 
         def progress(partial: Any, /) -> None:
@@ -404,13 +412,14 @@ class AgentLoop:
                                                   invalid_args=invalid_args))
         finally:
             current_scope.reset(token)
-        try:
-            finished = await self.abortable.run(task)
+        try:  # a nested loop in the body may end on its own (its ends written) when stopped
+            finished = await self.abortable.run(task, spare=lambda: bool(
+                scope.live or parked_before))
         except NestedParked:
             finished = True
         if scope.parked:  # a nested loop parked the run (even if the body caught it): so do we
             raise _Parked(list(scope.parked))
-        if finished:
+        if finished and not (scope.execs and self.abort.is_set()):
             return task.result()
         return ToolResult.text(self._stopped_tool(), is_error=True)
 

@@ -48,6 +48,8 @@ class ToolScope:
     extra: dict[str, Any] = field(default_factory=dict)
     execs: int = 0
     """``runtime.exec`` calls the tool body made so far (the next one's ordinal)."""
+    live: int = 0
+    """Nested loops running in the body now (a stop lets them end on their own first)."""
     parked: list[Any] = field(default_factory=list)
     """Non-empty: a nested loop of this call parked the run for these picks
     (``app.approvals.gate.WaitingCall``); the calling loop parks too, whatever the body did."""

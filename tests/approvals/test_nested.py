@@ -19,20 +19,9 @@ from tests.approvals.helpers import (
     types,
     user_texts,
 )
-from tool_registry import function
 
 SKIPPED = "Skipped due to queued user message."
 ABORTED = "Tool execution aborted: the run was cancelled."
-
-
-@function(toolsets=["hitl_testing"])
-async def hitl_subagent(task: str) -> str:
-    """Runs a nested loop on the run's model (test tool; records each run of its body)."""
-    from app import runtime
-
-    RAN.append(("hitl_subagent", {"task": task}))
-    out = await runtime.exec(task)
-    return f"inner said: {out.text} ({out.stop_reason})"
 
 
 def nested_script(*after: fake.ScriptItem) -> list[fake.ScriptItem]:
