@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from app.approvals.gate import WaitingCall
+from app.approvals.gate import ApprovalGate, WaitingCall
 from app.backends.base import Backend
 from app.events import (
     AgentEnd,
@@ -46,6 +46,7 @@ from providers.messages import (
     AssistantMessage,
     Message,
     TextContent,
+    ToolCall,
     ToolResultMessage,
     Usage,
     load_messages,
@@ -101,6 +102,12 @@ class Replay:
     def loop(self, parent: str, ordinal: int) -> NestedLoop | None:
         """The logged loop of ``parent``'s ``ordinal``-th exec (None: it never started)."""
         return self.loops.get((parent, ordinal))
+
+    def unanswered(self, gate: ApprovalGate | None) -> bool:
+        """Whether a nested pick the run waited for has no answer (a steer woke it)."""
+        return gate is not None and any(gate.decision(ToolCall(
+            id=c.tool_call_id, name=c.tool_name, arguments=c.args)) is None
+            for c in self.waiting)
 
     def root_of(self, parent: str | None) -> str | None:
         return None if parent is None else self.roots.get(parent, parent)

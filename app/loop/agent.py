@@ -173,8 +173,7 @@ class AgentLoop:
         self.restarted: set[str] = set()  # calls whose start is in the log (Resume)
 
     def emit(self, event: Event) -> None:
-        """Stamp depth and parent on nested events (not on a deeper loop's, already
-        stamped), then hand the event to the sink."""
+        """Stamp depth and parent on nested events (a deeper loop's are), then emit."""
         if self.cfg.depth and not event.depth:
             event.depth = self.cfg.depth
             event.parent_tool_call_id = self.cfg.parent_tool_call_id
@@ -247,7 +246,8 @@ class AgentLoop:
             self.reopened = resume.turn_open
             return True, None
         if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
-            if self.restarted and self._nested_unanswered():  # woken by a steer: skip them
+            # woken by a steer (a nested pick unanswered): the calls are skipped
+            if self.restarted and self.cfg.replay and self.cfg.replay.unanswered(self.cfg.gate):
                 await self._poll(self.steering, self.cfg.steering_mode)
             await self._execute(unanswered_calls(self.context), reply)
             self.emit(TurnEnd(message=reply, tool_results=results_after(self.context, reply)))
@@ -347,13 +347,6 @@ class AgentLoop:
                 return
             gate.decisions[call.tool_call_id] = asking.result()
 
-    def _nested_unanswered(self) -> bool:
-        """Whether a nested pick the run was woken from has no answer (a steer woke it)."""
-        gate, replay = self.cfg.gate, self.cfg.replay
-        return gate is not None and replay is not None and any(
-            gate.decision(ToolCall(id=c.tool_call_id, name=c.tool_name, arguments=c.args))
-            is None for c in replay.waiting)
-
     async def _run_decided(self, call: ToolCall) -> ToolResult:
         """Run a pick as its answer says (approved picks with the edited arguments)."""
         gate = self.cfg.gate
@@ -389,7 +382,7 @@ class AgentLoop:
         return self._finish_call(call, ToolResult.text(reason, is_error=True))
 
     async def _run_one(self, call: ToolCall, invalid_args: str | None) -> ToolResult:
-        parked_before = call.id in self.restarted  # its body resumes a parked nested loop
+        resuming = call.id in self.restarted  # its body resumes a parked nested loop
         self._start(call)
 
         def progress(partial: Any, /) -> None:
@@ -412,9 +405,8 @@ class AgentLoop:
                                                   invalid_args=invalid_args))
         finally:
             current_scope.reset(token)
-        try:  # a nested loop in the body may end on its own (its ends written) when stopped
-            finished = await self.abortable.run(task, spare=lambda: bool(
-                scope.live or parked_before))
+        try:  # stopped, a nested loop in the body ends on its own first (its ends written)
+            finished = await self.abortable.run(task, spare=lambda: bool(scope.live or resuming))
         except NestedParked:
             finished = True
         if scope.parked:  # a nested loop parked the run (even if the body caught it): so do we
