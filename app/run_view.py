@@ -88,7 +88,10 @@ async def pending_calls(backend: Backend, record: RunRecord) -> list[PendingCall
         return []
     return [PendingCall(tool_call_id=c["tool_call_id"], tool_name=c["tool_name"],
                         args=c["args"], kind=c["kind"],
-                        decided=c["tool_call_id"] in state.decisions) for c in state.calls]
+                        decided=c["tool_call_id"] in state.decisions,
+                        depth=int(c.get("depth") or 0),
+                        parent_tool_call_id=c.get("parent_tool_call_id"))
+            for c in state.calls]
 
 
 def _context_messages(record: RunRecord) -> list[dict[str, object]]:

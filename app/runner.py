@@ -144,6 +144,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         await _end_at_start(deps, claim, sink, str(exc))
         return
+    await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, abort)
     if verdict is not None:  # nothing awaits between the gate and ``_first_step`` below
@@ -161,7 +162,8 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         if first is not None:
             first.cancel()
     if outcome.parked:
-        await parking.park(deps.backend, claim, record, sink, outcome.parked)
+        await parking.park(deps.backend, claim, record, sink, outcome.parked,
+                           kwargs["config"].gate)
         return
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
     await _finish(deps.backend, claim)

@@ -23,11 +23,12 @@ from typing import Any
 import httpx
 
 from app.approvals.gate import Ask, exec_gate
+from app.approvals.nested import NestedLoop
 from app.config import Settings, load_settings, provider_env
 from app.events import Event
-from app.loop import LoopConfig, run_loop
+from app.loop import LoopConfig, Resume, run_loop
 from app.loop.streaming import Deadline
-from app.loop.tool_exec import ToolScope, current_scope
+from app.loop.tool_exec import NestedParked, ToolScope, current_scope
 from app.queues import MessageSource, QueueMode
 from providers.base import ForcedTool, Provider, ToolChoice
 from providers.messages import Message, Usage, UserMessage
@@ -83,7 +84,9 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
     naming a tool that is not on the menu raises ``ValueError``. ``approval`` (tool or toolset
     names, or ``"all"``/``"unsafe"``) adds picks that need approval to the tools' own;
     ``on_approval(WaitingCall)`` (sync or async) answers each with True/False or a
-    ``Decision``; without it such picks are denied (a call never parks).
+    ``Decision``; without it such picks are denied by a top-level call, while a nested call
+    in a service run parks the whole run (``app.approvals.nested``: the tool body runs again
+    when the run is woken, and this call goes on from where its loop stopped).
     """
     scope = current_scope.get()
     settings = load_settings()
@@ -114,13 +117,33 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
         outer = scope.config.gate if scope is not None and scope.config is not None else None
         config.gate = exec_gate(approval, default_registry, on_approval, outer)
         emit = on_event or _ignore
-        if scope is not None:
-            emit, abort = _nest(config, scope, on_event, abort)
+        context = list(messages or [])
         prompts: list[Message] = [] if content is None else [
             content if isinstance(content, UserMessage) else UserMessage(content=content)]
-        outcome = await run_loop(provider=provider, menu=menu, config=config,
-                                 context=list(messages or []), emit=emit, prompts=prompts,
-                                 steering=steering, follow_up=follow_up, abort=abort)
+        resume: Resume | None = None
+        if scope is not None:
+            emit, abort = _nest(config, scope, on_event, abort)
+            logged = _logged(config, scope)
+            if logged is not None and logged.ended is not None:  # it ended before the park
+                text, added, reason, usage, error = logged.exec_result()
+                return ExecResult(text=text, messages=added, stop_reason=reason, usage=usage,
+                                  error=error)
+            if logged is not None:  # it parked the run: go on from where it stopped
+                resume, prompts = logged.resume(), []
+                context += logged.messages
+        if scope is not None:
+            scope.live += 1
+        try:
+            outcome = await run_loop(provider=provider, menu=menu, config=config,
+                                     context=context, emit=emit, prompts=prompts,
+                                     steering=steering, follow_up=follow_up, abort=abort,
+                                     resume=resume)
+        finally:
+            if scope is not None:
+                scope.live -= 1
+        if outcome.parked and scope is not None:  # the whole run parks (app.approvals.nested)
+            scope.parked = list(outcome.parked)
+            raise NestedParked(f"{len(outcome.parked)} nested picks wait for a person")
     finally:
         if owned is not None:
             await owned.aclose()
@@ -136,7 +159,7 @@ def _nest(config: LoopConfig, scope: ToolScope, on_event: Callable[[Event], None
     config.run_id = scope.run_id
     outer = scope.config
     if outer is not None:
-        config.call_ids = outer.call_ids
+        config.call_ids, config.replay = outer.call_ids, outer.replay
         config.tool_timeout, config.max_result_chars = outer.tool_timeout, outer.max_result_chars
     emit = scope.emit if on_event is None else _tee(scope.emit, on_event)
     return emit, abort or scope.abort
@@ -246,6 +269,15 @@ def _deadline(timeout: float | None, scope: ToolScope | None,
     if not seconds:
         return None
     return Deadline(at=time.time() + seconds, seconds=seconds)
+
+
+def _logged(config: LoopConfig, scope: ToolScope) -> NestedLoop | None:
+    """What the log holds of this exec of the tool body (matched by the calling tool call and
+    the exec's ordinal in its body) when the run was woken from a park; else None."""
+    ordinal, scope.execs = scope.execs, scope.execs + 1
+    if config.replay is None:
+        return None
+    return config.replay.loop(scope.tool_call_id, ordinal)
 
 
 def _ignore(event: Event) -> None:

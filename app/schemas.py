@@ -113,6 +113,10 @@ class PendingCall(BaseModel):
     args: dict[str, Any]
     kind: Literal["approval", "client_tool"]
     decided: bool
+    depth: int = Field(default=0, description=(
+        "0: the run's own loop picked it; n: a loop nested n deep in a tool call picked it"))
+    parent_tool_call_id: str | None = Field(default=None, description=(
+        "the tool call whose body runs that nested loop (only when depth > 0)"))
 
 
 class ApprovalIn(BaseModel):

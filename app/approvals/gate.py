@@ -24,8 +24,6 @@ WaitKind: TypeAlias = Literal["approval", "client_tool"]
 Policy: TypeAlias = Literal["all", "unsafe"]
 DENIED = "The user denied this tool call."
 UNANSWERED = "This tool call needs a person's answer and has none; it was not run."
-NESTED = ("This tool call needs approval, which a nested run (runtime.exec inside a tool) "
-          "cannot ask for; it was not run.")
 NO_CALLBACK = ("This tool call needs approval and runtime.exec was given no on_approval "
                "callback to ask for it; it was not run.")
 
@@ -41,7 +39,7 @@ class Decision:
     content: list[TextContent | ImageContent] = field(default_factory=list)
     is_error: bool = False
     note: str | None = None
-    """A denial the service made (timeout, nested run): the whole text the model sees."""
+    """A denial the service made (timeout, no callback): the whole text the model sees."""
 
     def denial(self) -> ToolResult:
         """The result the model sees for a denied pick."""
@@ -63,6 +61,10 @@ class WaitingCall:
     kind: WaitKind
     index: int
     """Its position among the turn's picks (the model's order)."""
+    depth: int = 0
+    """How deep the loop that picked it is nested (0: the run's own loop)."""
+    parent_tool_call_id: str | None = None
+    """The tool call whose body runs that nested loop (None at depth 0)."""
 
 
 Ask = Callable[[WaitingCall], "Awaitable[Decision | bool] | Decision | bool"]
@@ -104,14 +106,17 @@ class ApprovalGate:
             return Decision(kind="deny", note=self.expired)
         return found
 
-    def waiting(self, calls: list[ToolCall], menu: Menu) -> list[WaitingCall]:
-        """The picks of a turn that wait and have no answer yet, in the model's order."""
+    def waiting(self, calls: list[ToolCall], menu: Menu, depth: int = 0,
+                parent: str | None = None) -> list[WaitingCall]:
+        """The picks of a turn that wait and have no answer yet, in the model's order (of a
+        loop nested ``depth`` deep in the tool call ``parent``)."""
         out = []
         for i, call in enumerate(calls):
             kind = self.kind_of(call, menu)
             if kind is not None and self.decision(call) is None:
                 out.append(WaitingCall(tool_call_id=call.id, tool_name=call.name,
-                                       args=call.arguments, kind=kind, index=i))
+                                       args=call.arguments, kind=kind, index=i, depth=depth,
+                                       parent_tool_call_id=parent))
         return out
 
     async def answer(self, call: WaitingCall) -> Decision:
@@ -128,17 +133,21 @@ class ApprovalGate:
 
 def exec_gate(approval: Iterable[str] | str | None, registry: Registry, on_approval: Ask | None,
               outer: ApprovalGate | None) -> ApprovalGate:
-    """The gate of a ``runtime.exec`` loop: it never parks. ``on_approval`` (else the outer
-    call's) answers its picks in-process; without one they are denied. A nested call keeps the
-    outer run's rules; inside a service run (which parks) its picks are denied."""
+    """The gate of a ``runtime.exec`` loop. ``on_approval`` (else the outer call's) answers its
+    picks in-process; a top-level call without one denies them. A nested call keeps the outer
+    run's rules; inside a service run (whose gate parks) with no callback it parks the whole
+    run too: it shares the run's answers (``decisions``, the expiry) and its client tools."""
     names = outer.names if outer is not None else frozenset()
     policy = outer.policy if outer is not None else None
     if approval in ("all", "unsafe"):
         policy = approval  # type: ignore[assignment]
     elif approval is not None and not isinstance(approval, str):
         names |= expand_names(approval, registry)
-    note = NESTED if outer is not None else NO_CALLBACK
-    ask = on_approval or (outer.ask if outer is not None else None) or _denier(note)
+    if outer is not None and outer.ask is None and on_approval is None:
+        return ApprovalGate(names=names, policy=policy, client_tools=outer.client_tools,
+                            decisions=outer.decisions, expired=outer.expired,
+                            expired_ids=outer.expired_ids)
+    ask = on_approval or (outer.ask if outer is not None else None) or _denier(NO_CALLBACK)
     return ApprovalGate(names=names, policy=policy, ask=ask)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from app.approvals.gate import ApprovalGate, Decision, WaitingCall, add_client_tools, gate_for
+from app.approvals.nested import read_replay
 from app.backends.base import Backend, Claim, RunRecord, now
 from app.backends.parking_base import ParkedState
 from app.run_sink import EventSink, retrying
@@ -51,16 +52,18 @@ def decision_from_json(data: dict[str, Any]) -> Decision:
 
 
 async def run_gate(backend: Backend, record: RunRecord, registry: Registry, menu: Menu,
-                   claim: Claim) -> ApprovalGate | None:
-    """The run's gate (client tools put on ``menu``), with the stored answers on a resume."""
+                   claim: Claim) -> ApprovalGate:
+    """The run's gate (client tools put on ``menu``), with the stored answers on a resume
+    (``carried`` ones too: the earlier answers a nested park kept)."""
     req = record.request
     add_client_tools(menu, list(req.get("client_tools") or []))
-    gate = gate_for(req, registry)
-    if gate is None or not claim.resumed:
+    gate = gate_for(req, registry) or ApprovalGate()  # a tool's nested loop may still ask
+    if not claim.resumed:
         return gate
     state = await retrying(lambda: backend.parked_state(record.id))
     if state is not None:
-        gate.decisions = {k: decision_from_json(v) for k, v in state.decisions.items()}
+        answers = {**state.carried, **state.decisions}
+        gate.decisions = {k: decision_from_json(v) for k, v in answers.items()}
         if state.expired:
             gate.expired = expiry_note(float(req.get("approval_timeout") or 0))
             gate.expired_ids = frozenset(c["tool_call_id"] for c in state.calls)
@@ -88,10 +91,29 @@ async def preset_cancel(backend: Backend, claim: Claim, abort: asyncio.Event) ->
 
 
 async def park(backend: Backend, claim: Claim, record: RunRecord, sink: EventSink,
-               calls: list[WaitingCall]) -> None:
-    """Flush what the loop wrote, then let go of the run until its picks are answered."""
+               calls: list[WaitingCall], gate: ApprovalGate | None) -> None:
+    """Flush what the loop wrote, then let go of the run until its picks are answered. A
+    nested park keeps the answers given so far (``carried``): the turn whose call runs the
+    nested loop is finished again, and its other picks must not be asked twice."""
     await sink.close()
     timeout = record.request.get("approval_timeout")
     deadline = now() + float(timeout) if timeout else None
     stored = [dataclasses.asdict(c) for c in calls]
-    await retrying(lambda: backend.park(claim.run_id, claim.attempt, stored, deadline))
+    carried = {k: decision_json(d) for k, d in gate.decisions.items()} if (
+        gate is not None and any(c.depth for c in calls)) else {}
+    await retrying(lambda: backend.park(claim.run_id, claim.attempt, stored, deadline,
+                                        carried))
+
+
+async def attach_replay(backend: Backend, run_id: str, woken: ParkedState | None,
+                        kwargs: dict[str, Any]) -> None:
+    """A run woken from a nested park: its loop config gets the nested loops the log holds,
+    and its resume point the depth-0 calls already started (``app.approvals.nested``)."""
+    if woken is None or not any(c.get("depth") for c in woken.calls):
+        return
+    waiting = [WaitingCall(**c) for c in woken.calls]
+    replay = await retrying(lambda: read_replay(backend, run_id, waiting))
+    kwargs["config"].replay = replay
+    resume = kwargs.get("resume")
+    if resume is not None:
+        resume.started_calls = frozenset(replay.top_open)

@@ -36,11 +36,12 @@ class MemoryParking:
         return found
 
     async def park(self, run_id: str, attempt: int, calls: list[dict[str, Any]],
-                   deadline: float | None) -> bool:
+                   deadline: float | None,
+                   carried: dict[str, dict[str, Any]] | None = None) -> bool:
         """See ``ParkingStore.park``."""
         record = self._fenced(run_id, attempt)
         self._parkings()[run_id] = ParkedState(calls=list(calls), deadline=deadline,
-                                               parked_at=now())
+                                               parked_at=now(), carried=dict(carried or {}))
         self._leases.pop(run_id, None)
         record.worker = None
         if self._state[run_id].queues["steer"] or run_id in self._cancelled:
@@ -100,7 +101,7 @@ class MemoryParking:
             return None
         return ParkedState(calls=list(parked.calls), decisions=dict(parked.decisions),
                            deadline=parked.deadline, expired=parked.expired,
-                           parked_at=parked.parked_at)
+                           parked_at=parked.parked_at, carried=dict(parked.carried))
 
     def _dispatch(self, run_id: str) -> None:
         self._runs[run_id].status = "queued"

@@ -46,15 +46,20 @@ class ParkedState:
     expired: bool = False
     parked_at: float = 0.0
     """When it parked (epoch s): the wait does not count against the run's own deadline."""
+    carried: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Answers given before this parking that the woken run still needs (a nested loop's
+    park: the turn of the call running it is finished again); not part of ``calls``."""
 
 
 class ParkingStore(Protocol):
     """Parking operations of a backend (see the module docstring); ``BackendError`` as usual."""
 
     async def park(self, run_id: str, attempt: int, calls: list[dict[str, Any]],
-                   deadline: float | None) -> bool:
-        """Park the run for ``calls`` (fenced by ``attempt``; the worker lets go of it). False
-        when it was dispatched again at once instead: a steer waits or cancel was asked."""
+                   deadline: float | None,
+                   carried: dict[str, dict[str, Any]] | None = None) -> bool:
+        """Park the run for ``calls`` (fenced by ``attempt``; the worker lets go of it), with
+        the earlier answers it ``carried``. False when it was dispatched again at once
+        instead: a steer waits or cancel was asked."""
         ...
 
     async def decide(self, run_id: str, tool_call_id: str, decision: dict[str, Any],

@@ -38,11 +38,12 @@ if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
 end
 """
 
-# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now
+# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now,
+# carried answers JSON
 PARK = _PRELUDE + """
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '',
-  'parked_at', ARGV[4])
+  'parked_at', ARGV[4], 'carried', ARGV[5])
 redis.call('HSET', run, 'worker', 'null')
 local job = redis.call('HGET', run, 'job') or ''
 if redis.call('LLEN', KEYS[4]) > 0 or redis.call('HGET', run, 'cancel') then
@@ -109,13 +110,14 @@ class RedisParking:
 
     @guard
     async def park(self, run_id: str, attempt: int, calls: list[dict[str, Any]],
-                   deadline: float | None) -> bool:
+                   deadline: float | None,
+                   carried: dict[str, dict[str, Any]] | None = None) -> bool:
         """See ``ParkingStore.park``."""
         job, outcome = await self._park_script(
             "PARK", [keys.run_key(run_id), keys.parked_key(run_id), keys.decisions_key(run_id),
                      keys.queue_key(run_id, "steer")],
             [attempt, orjson.dumps(calls), "" if deadline is None else repr(deadline),
-             repr(now())])
+             repr(now()), orjson.dumps(carried or {})])
         if outcome == b"wake":
             await self._wake(run_id)
         elif deadline is not None:
@@ -185,7 +187,8 @@ class RedisParking:
                                       for k, v in decisions.items()},
                            deadline=float(deadline) if deadline else None,
                            expired=bool(parked.get(b"expired")),
-                           parked_at=float(parked.get(b"parked_at") or 0))
+                           parked_at=float(parked.get(b"parked_at") or 0),
+                           carried=orjson.loads(parked.get(b"carried") or b"{}"))
 
     async def _wake(self, run_id: str) -> None:
         await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})

@@ -20,6 +20,9 @@ Native event → AG-UI events:
     approval_requested       CUSTOM {name: "agentloop.approval_requested"}; the stream stays
                              open until POST /runs/{id}/approvals answers (AG-UI has no
                              approvals)
+    approval_requested,      (depth > 0: a subagent's pick) CUSTOM {name: "agentloop.<type>",
+    client_tool_requested    value: {…, depth, parentToolCallId, subagentRunId}}; answered at
+                             /runs/{id}/approvals or /tool_results, the stream staying open
 
 A nested loop is a subagent: its events carry ``subagentRunId``, and it names the tool call
 that runs it (``parentToolCallId``). Every opened block is closed before the run's end, as the
@@ -158,6 +161,18 @@ class AgUiProjector:
             "toolCallId": call_id, "toolName": event["tool_name"], "args": event["args"],
             "runId": event["run_id"]})]
 
+    def _nested_hitl(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        """A subagent's pick waiting for a person: CUSTOM ``agentloop.approval_requested`` /
+        ``agentloop.client_tool_requested`` naming its depth and parent call (its call was
+        streamed in the subagent); the stream stays open until the native endpoint answers."""
+        if event["type"] == "approval_decided":
+            return []
+        return [CustomEvent(name=f"agentloop.{event['type']}", value={
+            "toolCallId": event["tool_call_id"], "toolName": event["tool_name"],
+            "args": event["args"], "runId": event["run_id"], "depth": event["depth"],
+            "parentToolCallId": event["parent_tool_call_id"],
+            "subagentRunId": self._sub(event)})]
+
     def _frame(self, event: BaseEvent | Delta) -> bytes:
         if isinstance(event, Delta):
             return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))
@@ -173,7 +188,7 @@ class AgUiProjector:
     def _events(self, event: dict[str, Any]) -> list[AgUiEvent]:
         kind, sub = event.get("type"), self._sub(event)
         if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
-            return self._hitl(event) if not event.get("depth") else []
+            return self._hitl(event) if not event.get("depth") else self._nested_hitl(event)
         if kind == "run_created":
             self._run_id = event["run_id"]
             return self._run_start(event["run_id"])

@@ -20,7 +20,8 @@ Native event → chunks (depth 0):
     the run parks on them  finish {finishReason: tool-calls, messageMetadata.stop_reason:
                            requires_action}, then [DONE]: the SDK answers in its next request
 
-Events of a nested loop (depth > 0) are not parts of the message: they become preliminary
+Events of a nested loop (depth > 0) are not parts of the message (except a nested pick that
+waits for a person: its request, answer and end are the parts above): they become preliminary
 outputs of the depth-0 tool call that runs them (``nested.NestedTrace``), the SDK's pattern for
 sub-agents, replaced by the tool's own result when it ends.
 """
@@ -60,13 +61,14 @@ class UIMessageProjector:
         self._done = False
         self._waiting: set[str] = set()  # picks handed to the client, not yet answered
         self._denied: set[str] = set()
+        self._lifted: set[str] = set()  # nested picks shown as parts of their own
         self._run_id = ""
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
         self._seq = int(event.get("seq", self._seq))
         if event.get("depth"):
-            return [self._frame(c) for c in self._nested_chunks(event)]
+            return [self._frame(c) for c in self._nested_event(event)]
         return [self._frame(c) for c in self._chunks(event)]
 
     def finish(self) -> list[bytes]:
@@ -217,6 +219,19 @@ class UIMessageProjector:
         meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"]}
         return [*out, {"type": "finish", "finishReason": _FINISH.get(reason, "other"),
                        "messageMetadata": meta}]
+
+    def _nested_event(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """A nested loop's event: a preliminary output of the depth-0 call running it; a
+        nested pick waiting for a person is lifted to a tool part of its own (approval request
+        or client tool, then its output), so the page answers it as any other."""
+        out = self._nested_chunks(event)
+        kind, call_id = event.get("type"), event.get("tool_call_id")
+        if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
+            self._lifted.add(str(call_id))
+            return [*out, *self._hitl(event)]
+        if kind == "tool_execution_end" and call_id in self._lifted:
+            return [*out, *self._tool_end(event)]
+        return out
 
     def _nested_chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         update = self._nested.feed(event)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.approvals.gate import UNANSWERED, ApprovalGate, Decision, WaitingCall
 from app.events import (
@@ -38,12 +38,13 @@ from app.events import (
     TurnEnd,
     TurnStart,
 )
-from app.loop.history import repair, unanswered_calls
+from app.loop.history import call_ids_in, repair, unanswered_calls
 from app.loop.resume_point import Resume, last_reply, results_after
 from app.loop.streaming import Abortable, Deadline, stream_assistant
 from app.loop.tool_exec import (
     CUT_OFF_BY_LENGTH,
     SKIPPED_FOR_STEERING,
+    NestedParked,
     ToolScope,
     current_scope,
     run_tool,
@@ -58,6 +59,9 @@ from providers.messages import (
     Usage,
 )
 from tool_registry import Menu, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from app.approvals.nested import Replay
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +104,8 @@ class LoopConfig:
     """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""
     gate: ApprovalGate | None = None
     """Which picks wait for a person, and the answers so far (None: none ever waits)."""
+    replay: Replay | None = None
+    """A woken run's parked nested loops as its log holds them (``app.approvals.nested``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -149,7 +155,7 @@ class AgentLoop:
         if config.call_ids is None:
             config.call_ids = set()
         self.call_ids = config.call_ids
-        self.call_ids.update(_call_ids(context))
+        self.call_ids.update(call_ids_in(context))
         if isinstance(config.tool_choice, ForcedTool):  # forcing a deferred tool loads it
             menu.load([config.tool_choice.name])
         self.added: list[Message] = []
@@ -164,10 +170,11 @@ class AgentLoop:
         self.invalid_args: dict[str, str] = {}
         self.reopened = False
         """The next round continues the turn a lost attempt started (no new turn_start)."""
+        self.restarted: set[str] = set()  # calls whose start is in the log (Resume)
 
     def emit(self, event: Event) -> None:
-        """Stamp depth and parent on nested events, then hand the event to the sink."""
-        if self.cfg.depth:
+        """Stamp depth and parent on nested events (a deeper loop's are), then emit."""
+        if self.cfg.depth and not event.depth:
             event.depth = self.cfg.depth
             event.parent_tool_call_id = self.cfg.parent_tool_call_id
         self._emit_raw(event)
@@ -180,6 +187,7 @@ class AgentLoop:
                                      tools=self.menu.names()))
             else:
                 self.added.extend(resume.messages)
+                self.restarted = set(resume.started_calls)
                 self.rounds = self.turn = resume.rounds
                 for reply in resume.messages:  # a forced tool_choice honoured before stays reset
                     if isinstance(reply, AssistantMessage):
@@ -238,6 +246,9 @@ class AgentLoop:
             self.reopened = resume.turn_open
             return True, None
         if resume.turn_open:  # a crash between a reply and its turn_end: run what has no result
+            # woken by a steer (a nested pick unanswered): the calls are skipped
+            if self.restarted and self.cfg.replay and self.cfg.replay.unanswered(self.cfg.gate):
+                await self._poll(self.steering, self.cfg.steering_mode)
             await self._execute(unanswered_calls(self.context), reply)
             self.emit(TurnEnd(message=reply, tool_results=results_after(self.context, reply)))
         if reply.stop_reason in ("error", "aborted"):
@@ -318,7 +329,7 @@ class AgentLoop:
     async def _wait_for_people(self, gate: ApprovalGate, calls: list[ToolCall]) -> None:
         """Ask for every waiting pick of the turn; park unless ``gate.ask`` answers here. A
         steer already queued (or a cancel) skips the picks instead of waiting."""
-        waiting = gate.waiting(calls, self.menu)
+        waiting = gate.waiting(calls, self.menu, self.cfg.depth, self.cfg.parent_tool_call_id)
         if not waiting or self.abort.is_set():
             return
         await self._poll(self.steering, self.cfg.steering_mode)
@@ -345,26 +356,34 @@ class AgentLoop:
         if decision is None:
             return await self._run_one(call, self.invalid_args.get(call.id))
         if decision.kind == "deny":
-            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                         args=call.arguments))
+            self._start(call)
             return decision.denial()
         if decision.kind == "result":
-            self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                         args=call.arguments))
+            self._start(call)
             return decision.result()
         if decision.arguments is None:
             return await self._run_one(call, self.invalid_args.get(call.id))
         edited = ToolCall(id=call.id, name=call.name, arguments=decision.arguments)
         return await self._run_one(edited, None)
 
-    def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
+    def _start(self, call: ToolCall) -> None:
+        """``tool_execution_start``, unless the log has it (a call whose nested loop parked)."""
+        if call.id in self.restarted:
+            self.restarted.discard(call.id)
+            return
         self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
                                      args=call.arguments))
+
+    def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
+        if call.id in self.restarted and self.cfg.replay is not None:
+            for event in self.cfg.replay.close_under(call.id, reason):  # its parked loops
+                self._emit_raw(event)
+        self._start(call)
         return self._finish_call(call, ToolResult.text(reason, is_error=True))
 
     async def _run_one(self, call: ToolCall, invalid_args: str | None) -> ToolResult:
-        self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                     args=call.arguments))
+        resuming = call.id in self.restarted  # its body resumes a parked nested loop
+        self._start(call)
 
         def progress(partial: Any, /) -> None:
             self.emit(ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
@@ -386,7 +405,13 @@ class AgentLoop:
                                                   invalid_args=invalid_args))
         finally:
             current_scope.reset(token)
-        if await self.abortable.run(task):
+        try:  # stopped, a nested loop in the body ends on its own first (its ends written)
+            finished = await self.abortable.run(task, spare=lambda: bool(scope.live or resuming))
+        except NestedParked:
+            finished = True
+        if scope.parked:  # a nested loop parked the run (even if the body caught it): so do we
+            raise _Parked(list(scope.parked))
+        if finished and not (scope.execs and self.abort.is_set()):
             return task.result()
         return ToolResult.text(self._stopped_tool(), is_error=True)
 
@@ -454,15 +479,6 @@ class AgentLoop:
             result = last.text() if last is not None and last.text() else None
         return LoopOutcome(stop_reason=reason, error=error, result=result,
                            messages=self.added, usage=usage)
-
-
-def _call_ids(messages: list[Message]) -> set[str]:
-    """Every tool-call id a history already uses (calls and results)."""
-    ids = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
-    for m in messages:
-        if isinstance(m, AssistantMessage):
-            ids.update(c.id for c in m.tool_calls())
-    return ids
 
 
 async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,

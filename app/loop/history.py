@@ -78,3 +78,12 @@ def unanswered_calls(messages: list[Message]) -> list[ToolCall]:
         if not isinstance(msg, ToolResultMessage):
             return []
     return []
+
+
+def call_ids_in(messages: list[Message]) -> set[str]:
+    """Every tool-call id a history already uses (calls and results)."""
+    ids = {m.tool_call_id for m in messages if isinstance(m, ToolResultMessage)}
+    for m in messages:
+        if isinstance(m, AssistantMessage):
+            ids.update(c.id for c in m.tool_calls())
+    return ids

@@ -19,6 +19,9 @@ class Resume:
     """Rounds already made (depth-0 ``turn_start``s written)."""
     turn_open: bool = False
     """The last of them has no ``turn_end``: the loop finishes that turn first."""
+    started_calls: frozenset[str] = frozenset()
+    """Calls of the open turn whose ``tool_execution_start`` is in the log and which run again
+    without a second one: a nested loop in their body parked the run (``app.approvals.nested``)."""
 
 
 def last_reply(resume: Resume) -> AssistantMessage | None:

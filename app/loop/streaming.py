@@ -34,6 +34,9 @@ from providers.messages import AssistantMessage, ToolCall
 log = logging.getLogger(__name__)
 
 CANCELLED = "Run cancelled"
+GRACE = 2.0
+"""Seconds a stopped task running a nested loop gets to end it on its own (the nested loop
+watches the same signal and writes its ends) before it is cancelled."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class Abortable:
         if self.expired or abort.is_set():  # already past or cancelled: stop before the
             self.signal.set()                  # first step (a resumed or woken run)
         self._current: asyncio.Future[Any] | None = None
+        self._spare: Callable[[], bool] | None = None
         self._watcher = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
@@ -88,8 +92,11 @@ class Abortable:
             except TimeoutError:
                 self.expired = True
             self.signal.set()
-        if self._current is not None:
-            self._current.cancel()
+        current = self._current
+        if current is not None and self._spare is not None and self._spare():
+            await asyncio.wait({current}, timeout=GRACE)  # a nested loop ends on its own
+        if current is not None and not current.done():
+            current.cancel()
 
     def stop_reason(self) -> tuple[Literal["error", "aborted"], str]:
         """How a run the signal stopped ends: ``error`` past its deadline, else ``aborted``."""
@@ -97,12 +104,14 @@ class Abortable:
             return "error", self.deadline.error()
         return "aborted", CANCELLED
 
-    async def run(self, task: asyncio.Future[Any]) -> bool:
+    async def run(self, task: asyncio.Future[Any], spare: Callable[[], bool] | None = None
+                  ) -> bool:
         """Wait for ``task``; True when it finished on its own, False when the stop signal
-        cancelled it. Cancelling the caller cancels the task too (and propagates)."""
+        cancelled it. Cancelling the caller cancels the task too (and propagates). ``spare()``
+        true when the signal comes: the task gets ``GRACE`` seconds to end first."""
         if self.signal.is_set():
             task.cancel()
-        self._current = task
+        self._current, self._spare = task, spare
         try:
             await task
         except asyncio.CancelledError:
@@ -111,7 +120,7 @@ class Abortable:
                 raise  # we are being cancelled ourselves, not just the task we cancelled
             return False
         finally:
-            self._current = None
+            self._current = self._spare = None
         return True
 
     def close(self) -> None:

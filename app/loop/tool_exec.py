@@ -46,12 +46,25 @@ class ToolScope:
     provider: Any
     abort: asyncio.Event
     extra: dict[str, Any] = field(default_factory=dict)
+    execs: int = 0
+    """``runtime.exec`` calls the tool body made so far (the next one's ordinal)."""
+    live: int = 0
+    """Nested loops running in the body now (a stop lets them end on their own first)."""
+    parked: list[Any] = field(default_factory=list)
+    """Non-empty: a nested loop of this call parked the run for these picks
+    (``app.approvals.gate.WaitingCall``); the calling loop parks too, whatever the body did."""
 
     @property
     def config(self) -> LoopConfig | None:
         """The calling loop's settings (``extra["config"]``), or None."""
         config: LoopConfig | None = self.extra.get("config")
         return config
+
+
+class NestedParked(BaseException):
+    """Raised by ``runtime.exec`` in a tool body when its loop parked the run: it unwinds the
+    tool body (a ``BaseException``, so ``except Exception`` in tool code lets it through);
+    the calling loop parks on ``ToolScope.parked`` even if the body swallowed it."""
 
 
 current_scope: contextvars.ContextVar[ToolScope | None] = contextvars.ContextVar(
@@ -91,6 +104,8 @@ async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_time
             result = await tool.execute(args, ctx)
     except TimeoutError:
         return ToolResult.text(f"Tool {call.name} timed out after {timeout:g} s", is_error=True)
+    except NestedParked:
+        raise
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is None or current.cancelling():

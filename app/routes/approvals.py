@@ -72,7 +72,9 @@ async def decide_call(svc: Services, tenant: str, run_id: str, call_id: str, kin
     if decision.arguments is not None:
         _validate_arguments(svc, record, call["tool_name"], decision.arguments)
     event = ApprovalDecided(tool_call_id=call_id, decision=decision.kind,
-                            reason=decision.reason, args=decision.arguments)
+                            reason=decision.reason, args=decision.arguments,
+                            depth=int(call.get("depth") or 0),
+                            parent_tool_call_id=call.get("parent_tool_call_id"))
     with bind(run_id=run_id, tenant=tenant):
         try:
             await svc.backend.decide(run_id, call_id, decision_json(decision), event)

@@ -153,8 +153,8 @@ export class Transcript {
     card.classList.remove('running');
     card.classList.add(state);
     card.querySelector('.tool-state').textContent = state === 'failed' ? 'error' : state;
-    card.querySelector('.result').textContent = text;
-    card.querySelector('.ask')?.remove();  // answered, skipped by a steer, or cancelled
+    card.querySelector(':scope > .result').textContent = text;
+    card.querySelector(':scope > .ask')?.remove();  // answered, skipped by a steer, or cancelled
   }
 
   on_approval_requested(e, box) { this.ask(e, box); }
@@ -166,16 +166,16 @@ export class Transcript {
     card.classList.add('waiting');
     card.querySelector('.tool-state').textContent = e.type === 'approval_requested'
       ? 'needs approval' : 'waiting for the page';
-    card.querySelector('.result').before(askBox(e, this.answer));
+    card.querySelector(':scope > .result').before(askBox(e, this.answer));
   }
 
   on_approval_decided(e) {
     const card = this.calls.get(e.tool_call_id);
     if (!card) return;
-    card.querySelector('.ask')?.remove();
+    card.querySelector(':scope > .ask')?.remove();
     card.classList.remove('waiting');
     card.querySelector('.tool-state').textContent = decisionText(e);
-    card.querySelector('.result').before(el('div', {class: 'decision'}, decisionText(e)));
+    card.querySelector(':scope > .result').before(el('div', {class: 'decision'}, decisionText(e)));
   }
 
   on_agent_end(e, box) {

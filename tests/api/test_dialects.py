@@ -153,3 +153,36 @@ async def test_an_ag_ui_approval_is_a_custom_event_and_the_stream_waits_for_the_
     assert custom[0]["value"]["toolCallId"] == call_id and custom[0]["value"]["runId"] == run["id"]
     typed = [EVENT.validate_python(e) for e in events]
     assert typed[-1].type.value == "RUN_FINISHED"
+
+
+@function(toolsets=["api_testing"])
+async def dialect_subagent(task: str) -> str:
+    """Runs a nested loop (test tool)."""
+    from app import runtime
+
+    out = await runtime.exec(task)
+    return f"inner said: {out.text}"
+
+
+async def test_an_ag_ui_subagent_approval_is_a_custom_event_naming_its_parent(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("dialect_subagent", {"task": "t"}, "o1")),
+                       fake.tool_calls(("dialect_guarded", {"note": "z"}, "n1")),
+                       fake.text("inner ok"), fake.text("ok")]
+    opened = asyncio.Event()
+    stream = asyncio.create_task(sse_data(api, "POST", "/ag-ui", opened, json={
+        "threadId": "ag-nested", "runId": "r1", "messages": [
+            {"id": "u1", "role": "user", "content": "go"}],
+        "forwardedProps": {"agentloop": {"tools": ["dialect_subagent", "dialect_guarded"]}}}))
+    await asyncio.wait_for(opened.wait(), 60)
+    run = await api.wait_status(await chat_run(api, "ag-nested"), "requires_action", within=60)
+    assert not stream.done()
+    answer = await api.client.post(f"/runs/{run['id']}/approvals",
+                                   json={"tool_call_id": "n1", "decision": "approve"})
+    assert answer.status_code < 300, answer.text
+    events = await asyncio.wait_for(stream, 60)
+    [custom] = [e for e in events if e["type"] == "CUSTOM"
+                and e["name"] == "agentloop.approval_requested"]
+    assert custom["value"]["toolCallId"] == "n1" and custom["value"]["depth"] == 1
+    assert custom["value"]["parentToolCallId"] == "o1" and custom["value"]["subagentRunId"]
+    typed = [EVENT.validate_python(e) for e in events]
+    assert typed[-1].type.value == "RUN_FINISHED"

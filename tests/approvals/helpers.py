@@ -68,3 +68,13 @@ async def hitl_delegate(task: str) -> str:
 
     out = await runtime.exec(task)
     return f"inner said: {out.text}"
+
+
+@function(toolsets=["hitl_testing"])
+async def hitl_subagent(task: str) -> str:
+    """Runs a nested loop on the run's model (test tool; records each run of its body)."""
+    from app import runtime
+
+    RAN.append(("hitl_subagent", {"task": task}))
+    out = await runtime.exec(task)
+    return f"inner said: {out.text} ({out.stop_reason})"

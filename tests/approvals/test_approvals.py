@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from app.approvals.gate import NESTED
 from providers import fake
 from tests.api.conftest import Api
 from tests.approvals.helpers import (
@@ -29,7 +28,8 @@ async def test_approve_runs_the_tool_and_the_run_completes(api: Api) -> None:
     waiting = await parked(api, run["id"])
     assert waiting["pending"] == [{"tool_call_id": "c1", "tool_name": "hitl_delete",
                                    "args": {"path": "/tmp/x"}, "kind": "approval",
-                                   "decided": False}]
+                                   "decided": False, "depth": 0,
+                                   "parent_tool_call_id": None}]
     listed = (await api.client.get("/runs", params={"status": "requires_action"})).json()
     assert [r["id"] for r in listed["runs"]] == [run["id"]]
     stored = await api.call(api.backend.get_run(run["id"]))
@@ -158,16 +158,6 @@ async def test_a_parked_run_holds_no_active_slot(api: Api) -> None:
             await asyncio.sleep(0.02)
     await decide(api, run["id"], "c1")
     await api.wait_status(run["id"], "completed")
-
-
-async def test_a_nested_loop_in_a_service_run_denies_instead_of_parking(api: Api) -> None:
-    api.fake.script = [fake.tool_calls(("hitl_delegate", {"task": "t"}, "o1")),
-                       fake.tool_calls(("hitl_delete", {"path": "deep"}, "n1")),
-                       fake.text("inner done"), fake.text("outer done")]
-    run = await api.create(input="go", toolset="hitl_testing")
-    done = await api.wait_status(run["id"], "completed")
-    assert done["result"] == "outer done"
-    assert results_sent(api.fake.requests[2]) == [("n1", True, NESTED)]
 
 
 async def _age_the_parking(api: Api, run_id: str, seconds: float) -> None:

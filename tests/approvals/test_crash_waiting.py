@@ -71,3 +71,49 @@ async def test_a_worker_crash_or_restart_while_waiting_changes_nothing(
     assert types.count("agent_start") == 1 and types.count("agent_end") == 1
     assert types.count("approval_requested") == 1 and "run_resumed" not in types
     assert types.index("approval_decided") < types.index("tool_execution_start")
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+async def test_a_worker_crash_while_a_nested_pick_waits_changes_nothing(
+        rbackend: Backend, redis_url: str, tmp_path: Path, how: str) -> None:
+    """The nested loop of ``delegate`` parks the run; the worker dies; the answer arrives;
+    another worker runs ``delegate``'s body again and its nested loop goes on from the log:
+    no model call is made twice, the approved tool runs once."""
+    marks = tmp_path / "marks"
+    env = {"AGENTLOOP_PROVIDER_FACTORY": "tests.approvals.nested_scripted:factory"}
+    a = spawn_worker(redis_url, "A", marks, nap=0.1, extra_env=env)
+    b = None
+    try:
+        await wait_consumer(redis_url, "A", STARTUP)
+        rec, _ = await rbackend.create_run(new_record(approval=["mark"],
+                                                      tools=["mark", "delegate"]))
+        parked = await wait_parked(rbackend, rec.id)
+        assert parked.worker is None
+        a.send_signal(getattr(signal, how))
+        await asyncio.to_thread(a.wait, 30)
+        state = await rbackend.parked_state(rec.id)
+        assert state is not None
+        assert [(c["tool_call_id"], c["depth"], c["parent_tool_call_id"])
+                for c in state.calls] == [("call_inner_mark", 1, "call_delegate")]
+        await rbackend.decide(rec.id, "call_inner_mark", {"kind": "approve"},
+                              ApprovalDecided(tool_call_id="call_inner_mark", decision="approve",
+                                              depth=1, parent_tool_call_id="call_delegate"))
+        b = spawn_worker(redis_url, "B", marks, nap=0.1, extra_env=env)
+        end = await wait_end(rbackend, rec.id, timeout=STARTUP)
+    finally:
+        stop_all(a, *([b] if b else []))
+    assert (end.status, end.result) == ("completed", "done")
+    assert marks.read_text().splitlines() == [
+        "ask:outer:0", "delegate", "ask:inner:0",  # worker A, up to the park
+        "delegate", "mark:7", "ask:inner:1", "ask:outer:1"]  # worker B: no call made twice
+    log = await events(rbackend, rec.id)
+    types = [e["type"] for e in log]
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
+    assert types.count("agent_start") == 2 and "run_resumed" not in types
+    assert [e.get("depth", 0) for e in log if e["type"] == "agent_end"] == [1, 0]
+    starts = [e["tool_call_id"] for e in log if e["type"] == "tool_execution_start"]
+    ends = [e["tool_call_id"] for e in log if e["type"] == "tool_execution_end"]
+    assert starts == ["call_delegate", "call_inner_mark"]
+    assert ends == ["call_inner_mark", "call_delegate"]
+    asked = next(e for e in log if e["type"] == "approval_requested")
+    assert (asked["depth"], asked["parent_tool_call_id"]) == (1, "call_delegate")

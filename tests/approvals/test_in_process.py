@@ -1,6 +1,6 @@
 """``runtime.exec(on_approval=...)``: approvals answered in-process (sync or async), never
-parked; without a callback, and inside a tool's nested loop, picks that need approval are
-denied."""
+parked; a top-level call without a callback denies picks that need approval, and a nested
+loop asks the outer call's callback (in a service run it parks the run: test_nested.py)."""
 
 from __future__ import annotations
 

@@ -70,6 +70,55 @@ async def test_an_answer_racing_cancel_or_steer(api: Api, rival: str) -> None:
     print(f"{rival}: the answer won {sum(outcomes)} of {TRIALS}")
 
 
+def nested_pick_then_answer(request: ModelRequest) -> Step:
+    """The run's loop picks the subagent; its nested loop (prompt "inner") picks hitl_delete."""
+    answered = any(m.role == "tool_result" for m in request.messages)
+    if request.messages[0].content == "inner":
+        return fake.text("inner done") if answered else fake.tool_calls(
+            ("hitl_delete", {"path": "p"}, "n1"))
+    return fake.text("done") if answered else fake.tool_calls(
+        ("hitl_subagent", {"task": "inner"}, "o1"))
+
+
+async def _nested_trial(api: Api, rival: str) -> bool:
+    run = await api.create(input="go", toolset="hitl_testing")
+    await parked(api, run["id"])
+    url = f"/runs/{run['id']}/{rival}"
+    body = {"content": "changed my mind"} if rival == "steer" else None
+    answer, other = await asyncio.gather(
+        _jittered(decide(api, run["id"], "n1")), _jittered(api.client.post(url, json=body)))
+    won = answer.status_code == 202
+    late = other.status_code == 409 and other.json()["error"]["code"] == "run_ended"
+    assert other.status_code == 202 or (won and late), other.text
+    frames = await read_all(api.client, run["events_url"])
+    assert [f.id for f in frames] == list(range(1, len(frames) + 1))
+    ends = [f for f in frames if f.event == "agent_end" and f.data["depth"] == 0]
+    assert len(ends) == 1 and frames[-1] is ends[0]
+    results = {f.data["tool_call_id"]: f.data["result"]["content"][0]["text"]
+               for f in frames if f.event == "tool_execution_end"}
+    starts = [f.data["tool_call_id"] for f in frames if f.event == "tool_execution_start"]
+    assert sorted(starts) == sorted(results) == ["n1", "o1"], [  # each started and ended once
+        (f.event, f.data.get("depth"), f.data.get("tool_call_id")) for f in frames]
+    decided = [f for f in frames if f.event == "approval_decided"]
+    if won:
+        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(ends[0])
+        assert results["n1"] in ("deleted p", ABORTED)  # a cancel that came after may stop it
+    else:
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_waiting"
+        skipped = ABORTED if rival == "cancel" else SKIPPED
+        assert decided == [] and results == {"n1": skipped, "o1": skipped}
+    return won
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("rival", ["cancel", "steer"])
+async def test_an_answer_for_a_nested_pick_racing_cancel_or_steer(api: Api, rival: str) -> None:
+    api.fake.script = [nested_pick_then_answer]
+    api.fake.repeat = True
+    outcomes = [await _nested_trial(api, rival) for _ in range(TRIALS)]
+    print(f"nested, {rival}: the answer won {sum(outcomes)} of {TRIALS}")
+
+
 async def _while_parking(api: Api, rival: str) -> None:
     run = await api.create(input="go", toolset="hitl_testing")
     body = {"content": "no, wait"} if rival == "steer" else None

@@ -99,3 +99,28 @@ async def test_a_client_tool_is_answered_from_the_page(browser: Browser) -> None
         assert result.content[0].text == "52.52,13.40" and not result.is_error
         assert (await api.get(run["id"]))["status"] == "completed"
         await ctx.close()
+
+
+async def test_a_nested_loops_pick_is_approved_from_its_call_card(browser: Browser) -> None:
+    """``pg_delegate``'s nested loop picks ``pg_guarded``: the whole run waits; the ask box
+    is shown under the delegating call's card (the nested loop's place) and answers it."""
+    async with serve() as api:
+        api.fake.script = [fake.tool_calls(("pg_delegate", {"task": "inner"}, "o1")),
+                           fake.tool_calls(("pg_guarded", {"target": "deep files"}, "n1")),
+                           fake.text("inner ok"), fake.text("the final answer")]
+        _, page = await open_page(browser, api.url)
+        await start_run(page, "delegate it")
+        await waits_for_approval(page)
+        nested = ".tool[data-call=o1] .nested .tool[data-call=n1]"
+        assert await page.locator(f"{nested}.waiting .ask.approval").count() == 1
+        assert (await page.inner_text("#run-status")).startswith("waiting for you")
+        await page.click(".ask button.approve")
+        await ended(page)
+
+        assert await page.inner_text(f"{nested}.done .result") == \
+            "guarded work on deep files done"
+        assert await page.inner_text(".tool[data-call=o1].done > .result") == \
+            "inner said: inner ok"
+        assert await page.locator(".ask").count() == 0
+        assert not tool_result(api.fake.requests[2]).is_error
+        assert page.problems == []  # type: ignore[attr-defined]

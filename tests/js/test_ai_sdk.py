@@ -257,6 +257,41 @@ async def test_tool_approval_round_trip(api: Api, approved: bool) -> None:
     assert (await api.get(run["id"]))["status"] == "completed"
 
 
+@function(toolsets=["aisdk_testing"])
+async def aisdk_subagent(task: str) -> str:
+    """Runs a nested loop (test tool)."""
+    from app import runtime
+
+    out = await runtime.exec(task)
+    return f"inner said: {out.text}"
+
+
+async def test_a_nested_approval_is_a_part_of_its_own_answered_by_the_sdk(api: Api) -> None:
+    """A subagent's pick that needs approval parks the run: the SDK gets it as a tool part in
+    ``approval-requested`` (beside the depth-0 call's preliminary trace) and answers it with
+    addToolApprovalResponse like any other."""
+    api.fake.script = [fake.tool_calls(("aisdk_subagent", {"task": "inner"}, "o1")),
+                       fake.tool_calls(("aisdk_guarded", {"note": "deep"}, "n1")),
+                       fake.text("inner ok"), fake.text("Done.")]
+    body = {"tools": ["aisdk_subagent", "aisdk_guarded"]}
+    first = await chat(api, "chat-nested", [user("delegate")], body=body)
+    assert first["errors"] == [] and first["chunks"][-1]["finishReason"] == "tool-calls"
+    part = first["message"]["parts"][-1]
+    assert (part["toolCallId"], part["state"]) == ("n1", "approval-requested")
+    run = await api.wait_status(first["message"]["id"], "requires_action")
+    assert run["pending"][0]["depth"] == 1
+    answer = responded(first["message"], True)
+    second = await chat(api, "chat-nested", [user("delegate"), answer], body=body,
+                        message=answer)
+    assert second["errors"] == []
+    tools = {p["toolCallId"]: p for p in second["message"]["parts"] if p.get("toolCallId")}
+    assert tools["n1"]["state"] == "output-available"
+    assert tools["n1"]["output"]["content"][0]["text"] == "written: deep"
+    assert tools["o1"]["output"]["content"][0]["text"] == "inner said: inner ok"
+    assert second["message"]["parts"][-1]["text"] == "Done."
+    assert (await api.get(run["id"]))["status"] == "completed"
+
+
 async def test_a_client_side_tool_answered_with_add_tool_output(api: Api) -> None:
     api.fake.script = [fake.tool_calls(("get_location", {})), fake.text("You are in Paris.")]
     body = {"client_tools": [{"name": "get_location", "description": "the user's position"}]}
