@@ -47,11 +47,16 @@ def install_task_guard(loop: asyncio.AbstractEventLoop) -> None:
     def factory(loop: asyncio.AbstractEventLoop,
                 coro: Coroutine[Any, Any, Any] | Generator[Any, None, Any],
                 **kwargs: Any) -> asyncio.Future[Any]:
+        inner = coro
         if current_scope.get() is not None and asyncio.iscoroutine(coro):
             coro = _contained(coro)
-        if previous is not None:
-            return previous(loop, coro, **kwargs)
-        return asyncio.Task(coro, loop=loop, **kwargs)
+        task = previous(loop, coro, **kwargs) if previous is not None \
+            else asyncio.Task(coro, loop=loop, **kwargs)
+        if coro is not inner:  # cancelled before its first step: the wrapper never awaited
+            # ``inner``; closing it then keeps "coroutine was never awaited" away (a no-op on a
+            # finished coroutine)
+            task.add_done_callback(lambda _: inner.close())
+        return task
 
     factory.agentloop_guard = True  # type: ignore[attr-defined]
     loop.set_task_factory(factory)
