@@ -13,7 +13,12 @@ Native event → AG-UI events:
     tool_execution_end       TOOL_CALL_RESULT {content: the result's text}
     agent_start / agent_end  SUBAGENT_STARTED / SUBAGENT_FINISHED or SUBAGENT_ERROR (depth > 0)
     agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR
-    run_resumed              the blocks a crashed worker left open are closed
+    run_resumed              the blocks a crashed worker left open are closed, except the
+                             run's step and the reply it was streaming: the resumed attempt
+                             streams that reply again into the same message, and only what
+                             the client does not have yet is sent (``app.dialects.takeover``;
+                             CUSTOM {name: "agentloop.superseded", value: {messageId}} when
+                             the new attempt says something else)
     client_tool_requested    (the call was streamed as TOOL_CALL_*): once the run parks on
                              such frontend tools, RUN_FINISHED ends this AG-UI run with the
                              pending calls; the client's next input carries their results
@@ -63,6 +68,7 @@ from ag_ui.encoder import EventEncoder
 
 from app.dialects.ag_ui_messages import result_message_id
 from app.dialects.nested import result_text
+from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply
 
 _ENCODER = EventEncoder()
 
@@ -119,6 +125,10 @@ class AgUiProjector:
         self._announced: set[str] = set()
         self._turns: dict[tuple[int, str], int] = {}  # loop → its current turn
         self._replied = False
+        self._shown = Shown()  # what the run's reply streaming now has shown
+        self._lost: tuple[Rewind, str, set[str]] | None = None  # cut off: (…, message, calls)
+        self._rewind: Rewind | None = None  # ... being streamed again by the resumed attempt
+        self._cut: set[str] = set()  # its calls the resumed attempt has not streamed again
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
@@ -140,7 +150,7 @@ class AgUiProjector:
     def pause(self) -> list[bytes]:
         """The end of this AG-UI run while its frontend tool calls are pending."""
         done = RunFinishedEvent(thread_id=self.thread_id, run_id=self._run_id)
-        return [self._frame(e) for e in [*self._close(lambda _: True), done]]
+        return [self._frame(e) for e in [*self._settle(), *self._close(lambda _: True), done]]
 
     def _hitl(self, event: dict[str, Any]) -> list[AgUiEvent]:
         call_id, kind = event["tool_call_id"], event["type"]
@@ -190,7 +200,7 @@ class AgUiProjector:
         if kind == "message_update":
             return self._delta(event["delta"], _loop(event), sub)
         if kind == "message_end":
-            return self._message_end(_loop(event))
+            return self._message_end(event)
         if kind == "tool_execution_start":
             self._calls[event["tool_call_id"]] = (event["tool_name"], sub)
             return self._announce(event["tool_call_id"], event["args"], sub)
@@ -205,12 +215,89 @@ class AgUiProjector:
         return []
 
     def _resumed(self) -> list[AgUiEvent]:
-        """Close what the crashed worker left open; a call cut off mid-arguments gets a
+        """Close what the crashed worker left open but the run's step (its turn goes on) and
+        the reply it was streaming (streamed again); a call cut off mid-arguments gets a
         result saying so (else the client would take it for one it must answer)."""
-        cut = [key[1] for key in self._open if key[0] == "call"]
-        return [*self._close(lambda _: True),
-                *(ToolCallResultEvent(message_id=result_message_id(call_id), tool_call_id=call_id,
-                                      content=_CUT_OFF, role="tool") for call_id in cut)]
+        keep = {key for key in self._open if key[0] == "step" and key[1].startswith("None/")}
+        if self._lost is not None:
+            _, message_id, calls = self._lost
+            ids = {message_id, f"{message_id}-reasoning"}
+            keep |= {key for key in self._open if key[1] in ids or
+                     (key[0] == "call" and key[1] in calls)}
+        cut = [key[1] for key in self._open if key[0] == "call" and key not in keep]
+        return [*self._close(lambda key: key not in keep), *self._cut_off(cut)]
+
+    def _cut_off(self, calls: list[str] | set[str]) -> list[AgUiEvent]:
+        """Results for calls a lost worker left unfinished (closed first if still open)."""
+        out: list[AgUiEvent] = []
+        for call_id in sorted(calls):
+            closing = self._open.pop(("call", call_id), None)
+            out += [closing] if closing is not None else []
+            out.append(ToolCallResultEvent(message_id=result_message_id(call_id),
+                                           tool_call_id=call_id, content=_CUT_OFF, role="tool"))
+        return out
+
+    def _rewound(self, delta: dict[str, Any], loop: tuple[int, str], sub: str | None
+                 ) -> tuple[list[AgUiEvent], dict[str, Any] | None]:
+        """A delta of the resumed attempt streaming the lost reply again: (events to send
+        first, the delta with only what the client does not have, or None to send nothing)."""
+        rewind, kind = self._rewind, delta["kind"]
+        assert rewind is not None
+        if kind in ("toolcall_start", "toolcall_end"):
+            call_id = delta["tool_call_id"]
+            if kind == "toolcall_start" and call_id in self._cut:  # START was sent
+                self._cut.discard(call_id)
+                return [], None
+            return [], delta
+        key: Key = ("call", delta["tool_call_id"]) if kind == "toolcall_delta" else \
+            ("text" if kind == "text_delta" else "reasoning", "")
+        if not rewind.pending(key):
+            return [], delta
+        new = rewind.take(key, delta["text"])
+        if new is None:
+            return self._diverged(loop, key, delta), {**delta, "text": rewind.repeated(key) +
+                                                      delta["text"]}
+        return [], ({**delta, "text": new} if new else None)
+
+    def _diverged(self, loop: tuple[int, str], key: Key,
+                  delta: dict[str, Any]) -> list[AgUiEvent]:
+        """The resumed attempt says something else than the lost one showed: that message
+        ends, superseded, and the new reply streams into a new one."""
+        old = self._message.get(loop, "")
+        cut = self._cut | ({key[1]} if key[0] == "call" else set())
+        out = [*self._cut_off(cut), *self._close_message(old),
+               CustomEvent(name="agentloop.superseded", value={"messageId": old})]
+        if key[0] == "call":  # its START again, under the new message
+            self._announced.discard(key[1])
+            out += self._delta({**delta, "kind": "toolcall_start"}, loop, None, fresh=True)
+        self._message[loop] = f"{self._run_id}-m{self._seq}"
+        self._rewind, self._cut = None, set()
+        self._shown.clear()
+        return out
+
+    def _settle(self) -> list[AgUiEvent]:
+        """Once the resumed reply is over (or the run, before it came): calls it did not
+        stream again were cut off; text it did not repeat to the end is superseded."""
+        out: list[AgUiEvent] = []
+        if self._lost is not None:  # no attempt streamed the reply again
+            _, message_id, self._cut = self._lost
+            self._lost = None
+            out += self._close_message(message_id)
+        elif self._rewind is not None:
+            for key in self._rewind.unfinished():
+                if key[0] == "call":
+                    self._cut.add(key[1])
+                    continue
+                old = self._message.get((0, ""), "")
+                out += [*self._close_message(old),
+                        CustomEvent(name="agentloop.superseded", value={"messageId": old})]
+                if text := self._rewind.repeated(key):
+                    new = f"{self._run_id}-m{self._seq}-{key[0]}"
+                    out += [*self._text(new, text, None), *self._close_message(new)]
+        self._rewind = None
+        out += self._cut_off(self._cut)
+        self._cut = set()
+        return out
 
     def _run_start(self, run_id: str) -> list[AgUiEvent]:
         started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)
@@ -250,6 +337,11 @@ class AgUiProjector:
         message, depth = event["message"], int(event["depth"])
         message_id = f"{event['run_id']}-m{self._seq}"
         if message.get("role") == "assistant":
+            if depth == 0 and self._lost is not None:  # the lost reply, streamed again
+                self._rewind, message_id, self._cut = self._lost
+                self._lost = None
+            elif depth == 0:
+                self._shown.clear()
             self._message[_loop(event)] = message_id
             self._replied = self._replied or depth == 0
             return []
@@ -262,9 +354,24 @@ class AgUiProjector:
                 TextMessageEndEvent(message_id=message_id)]
 
     def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
-               sub: str | None) -> list[AgUiEvent]:
+               sub: str | None, *, fresh: bool = False) -> list[AgUiEvent]:
+        before: list[AgUiEvent] = []
+        if loop[0] == 0 and self._rewind is not None and not fresh:
+            before, rest = self._rewound(delta, loop, sub)
+            if rest is None:
+                return before
+            delta = rest
         kind = delta["kind"]
         message_id = self._message.get(loop, f"m{self._seq}")
+        if loop[0] == 0 and kind != "toolcall_start" and kind != "toolcall_end":
+            key: Key = ("call", delta["tool_call_id"]) if kind == "toolcall_delta" else \
+                ("text" if kind == "text_delta" else "reasoning", "")
+            self._shown.add(key, delta["text"])
+        return [*before, *self._block(delta, message_id, sub)]
+
+    def _block(self, delta: dict[str, Any], message_id: str, sub: str | None
+               ) -> list[AgUiEvent]:
+        kind = delta["kind"]
         if kind == "text_delta":
             return self._text(message_id, delta["text"], sub)
         if kind == "thinking_delta":
@@ -307,12 +414,24 @@ class AgUiProjector:
             out.append(Delta("REASONING_MESSAGE_CONTENT", "messageId", message_id, text, sub))
         return out
 
-    def _message_end(self, loop: tuple[int, str]) -> list[AgUiEvent]:
-        """Close what the reply left open (its text, reasoning, calls cut short)."""
+    def _message_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        """Close what the reply left open (its text, reasoning, calls cut short); a reply
+        cut off by a lost worker stays open for the resumed attempt."""
+        loop = _loop(event)
         message_id = self._message.pop(loop, None)
         if message_id is None:
             return []
-        ids = {message_id, f"{message_id}-reasoning"}
+        if is_lost_reply(event):
+            calls = {key[1] for key, closing in self._open.items() if key[0] == "call"
+                     and getattr(closing, "subagent_run_id", None) is None}
+            self._lost = (Rewind(self._shown.texts()), message_id, calls)
+            return []
+        out = self._settle() if loop[0] == 0 else []
+        return [*out, *self._close_message(message_id)]
+
+    def _close_message(self, message_id: str) -> list[AgUiEvent]:
+        """Close a reply's text and reasoning."""
+        ids = (message_id, f"{message_id}-reasoning")
         return self._close(lambda key: key[1] in ids)
 
     def _close(self, which: Any) -> list[AgUiEvent]:
@@ -342,7 +461,7 @@ class AgUiProjector:
                                           subagent_run_id=sub)]
 
     def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
-        out = self._close(lambda _: True)
+        out = [*self._settle(), *self._close(lambda _: True)]
         reason, run_id = event["stop_reason"], event["run_id"]
         if reason == "error":
             return [*out, RunErrorEvent(message=event.get("error") or "the run failed",
