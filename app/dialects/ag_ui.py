@@ -68,7 +68,7 @@ from ag_ui.encoder import EventEncoder
 
 from app.dialects.ag_ui_messages import result_message_id
 from app.dialects.nested import result_text
-from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply
+from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
 
 _ENCODER = EventEncoder()
 
@@ -129,6 +129,7 @@ class AgUiProjector:
         self._lost: tuple[Rewind, str, set[str]] | None = None  # cut off: (…, message, calls)
         self._rewind: Rewind | None = None  # ... being streamed again by the resumed attempt
         self._cut: set[str] = set()  # its calls the resumed attempt has not streamed again
+        self._held: dict[str, dict[str, Any]] = {}  # a lost worker's tool ends, run again
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
@@ -150,7 +151,8 @@ class AgUiProjector:
     def pause(self) -> list[bytes]:
         """The end of this AG-UI run while its frontend tool calls are pending."""
         done = RunFinishedEvent(thread_id=self.thread_id, run_id=self._run_id)
-        return [self._frame(e) for e in [*self._settle(), *self._close(lambda _: True), done]]
+        return [self._frame(e) for e in [*self._settle(), *self._unheld(),
+                                          *self._close(lambda _: True), done]]
 
     def _hitl(self, event: dict[str, Any]) -> list[AgUiEvent]:
         call_id, kind = event["tool_call_id"], event["type"]
@@ -452,6 +454,19 @@ class AgUiProjector:
 
     def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         call_id = event["tool_call_id"]
+        if lost_tool_end(event):  # the new worker runs the call again: one result
+            self._held[call_id] = event
+            return []
+        self._held.pop(call_id, None)
+        return self._tool_result(event, sub)
+
+    def _unheld(self) -> list[AgUiEvent]:
+        """The held ends of calls that were not run again (the run ended first)."""
+        held, self._held = self._held, {}
+        return [e for event in held.values() for e in self._tool_result(event, None)]
+
+    def _tool_result(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        call_id = event["tool_call_id"]
         out = self._announce(call_id, {}, sub)
         if call_id in self._answered:  # the client's own tool message has it
             return out
@@ -461,7 +476,7 @@ class AgUiProjector:
                                           subagent_run_id=sub)]
 
     def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
-        out = [*self._settle(), *self._close(lambda _: True)]
+        out = [*self._settle(), *self._unheld(), *self._close(lambda _: True)]
         reason, run_id = event["stop_reason"], event["run_id"]
         if reason == "error":
             return [*out, RunErrorEvent(message=event.get("error") or "the run failed",

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from app.dialects.nested import NestedTrace, result_text
-from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply
+from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no",
            "cache-control": "no-cache"}
@@ -70,6 +70,7 @@ class UIMessageProjector:
         self._lost: tuple[Rewind, set[str]] | None = None  # a reply cut off by a lost worker
         self._rewind: Rewind | None = None  # ... being streamed again by the resumed attempt
         self._cut: set[str] = set()  # its calls the resumed attempt has not streamed again
+        self._held: dict[str, dict[str, Any]] = {}  # a lost worker's tool ends, run again
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
@@ -89,7 +90,7 @@ class UIMessageProjector:
     def pause(self) -> list[bytes]:
         """The end of this response while the run waits (the SDK's tool-call finish)."""
         meta = {"run_id": self._run_id, "stop_reason": "requires_action"}
-        chunks = [*self._settle(), *self._close_blocks(),
+        chunks = [*self._settle(), *self._unheld(), *self._close_blocks(),
                   {"type": "finish", "finishReason": "tool-calls",
                                           "messageMetadata": meta}]
         return [self._frame(c) for c in chunks]
@@ -265,6 +266,14 @@ class UIMessageProjector:
 
     def _tool_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         call_id = event["tool_call_id"]
+        if lost_tool_end(event):  # the part stays running: the new worker runs the call
+            self._held[call_id] = event
+            return []
+        self._held.pop(call_id, None)
+        return self._tool_result(event)
+
+    def _tool_result(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        call_id = event["tool_call_id"]
         out = self._announce(call_id, event["tool_name"], {})
         result = event["result"]
         if call_id in self._denied:
@@ -275,7 +284,7 @@ class UIMessageProjector:
         return [*out, {"type": "tool-output-available", "toolCallId": call_id, "output": result}]
 
     def _end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        out = [*self._settle(), *self._close_blocks()]
+        out = [*self._settle(), *self._unheld(), *self._close_blocks()]
         reason = event["stop_reason"]
         if reason == "aborted":
             return [*out, {"type": "abort", "reason": event.get("error") or "cancelled"}]
@@ -284,6 +293,11 @@ class UIMessageProjector:
         meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"]}
         return [*out, {"type": "finish", "finishReason": _FINISH.get(reason, "other"),
                        "messageMetadata": meta}]
+
+    def _unheld(self) -> list[dict[str, Any]]:
+        """The held ends of calls that were not run again (the run ended first)."""
+        held, self._held = self._held, {}
+        return [c for event in held.values() for c in self._tool_result(event)]
 
     def _nested_chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         update = self._nested.feed(event)

@@ -10,6 +10,9 @@ attempt only what the client does not have yet::
     lost reply:     "Let me che"                  ┤ worker dies (blocks stay open)
     resumed reply:  "Let me che" "ck the weather"   → the client gets "ck the weather"
 
+A tool that was running is run again by the new worker; the lost attempt's end of it
+(``TOOL_LOST``) is held back (``lost_tool_end``) and shown only if no other end comes.
+
 ``Shown`` remembers what each block of the depth-0 reply has streamed; ``Rewind`` matches the
 re-stream against it. When the new attempt says something else (a sampled model rarely
 answers the same twice), the block is *diverged*: the dialect ends what it showed, marked as
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.resume import WORKER_LOST
+from app.resume import TOOL_LOST, WORKER_LOST
 
 Key = tuple[str, str]
 """A block of a reply: ``(kind, id)``, e.g. ``("text", "0")`` or ``("call", tool_call_id)``."""
@@ -31,6 +34,15 @@ def is_lost_reply(event: dict[str, Any]) -> bool:
     message = event.get("message") or {}
     return (not event.get("depth") and message.get("role") == "assistant"
             and message.get("error_message") == WORKER_LOST)
+
+
+def lost_tool_end(event: dict[str, Any]) -> bool:
+    """Whether a ``tool_execution_end`` closes a run's own call a lost worker was running
+    (the resumed attempt runs it again)."""
+    if event.get("depth") or not event.get("is_error"):
+        return False
+    content = (event.get("result") or {}).get("content") or []
+    return bool(content) and content[0].get("text") == TOOL_LOST
 
 
 class Shown:

@@ -5,12 +5,14 @@ Round 1 streams ``INTRO`` a word at a time, then ``takeover_weather({"city": "Os
 its arguments in ``ARG_CHUNKS`` deltas; round 2 streams ``ANSWER``. With
 ``AGENTLOOP_TEST_STALL`` set (``text`` or ``args``), round 1 stops after ``STALL_AFTER``
 deltas of that kind and never goes on: the worker holds the run mid-reply until the test kills
-it, with no guessed duration. The worker that resumes the run has no stall and plays the same
-reply from its start (the script is stateless, as a model asked the same question again).
+it, with no guessed duration (``tool``: the tool never returns). The worker that resumes the
+run has no stall and plays the same reply from its start (the script is stateless, as a model
+asked the same question again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Callable
@@ -43,8 +45,10 @@ STALL_AFTER = 3
 
 
 @function(register=False)
-def takeover_weather(city: str) -> str:
-    """The weather in a city (test tool)."""
+async def takeover_weather(city: str) -> str:
+    """The weather in a city (test tool); never answers under ``AGENTLOOP_TEST_STALL=tool``."""
+    if os.environ.get("AGENTLOOP_TEST_STALL") == "tool":
+        await asyncio.Event().wait()
     return f"snow in {city}"
 
 
@@ -79,7 +83,7 @@ def script(stall: str | None) -> Callable[[ModelRequest], Step]:
     def step(request: ModelRequest) -> Step:
         if tool_results(request) == 0:
             events = first_reply()
-            return stalled(events, stall) if stall else Step(events)
+            return stalled(events, stall) if stall in ("text", "args") else Step(events)
         return fake.text(ANSWER, chunks=6)
 
     return step

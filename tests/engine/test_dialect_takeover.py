@@ -1,8 +1,9 @@
 """A run started through a dialect endpoint survives its worker's SIGKILL mid-reply.
 
 The API (uvicorn on a real socket, Redis backend, no embedded worker) takes
-``POST /ai-sdk/chat`` or ``POST /ag-ui``; worker process A holds the run, stalled mid-text or
-mid tool-call arguments (``takeover_script``); once the client has read those deltas, B starts,
+``POST /ai-sdk/chat`` or ``POST /ag-ui``; worker process A holds the run, stalled mid-text,
+mid tool-call arguments or in the tool (``takeover_script``); once the client has read that
+far (and, for the tool, A has started it), B starts,
 A is SIGKILLed, B takes the run over when A's lease lapses and makes the interrupted model
 call again. The client's stream, and a resume request opened right after the kill, go on to
 the end, and the real clients' parsers (``ai``'s chunk schema and ``readUIMessageStream``,
@@ -24,10 +25,10 @@ import orjson
 import pytest
 
 from app.backends import make_backend
-from app.resume import WORKER_LOST
+from app.resume import TOOL_LOST, WORKER_LOST
 from tests.api.conftest import Api, serve
 from tests.engine import takeover_script as script
-from tests.engine.harness import events
+from tests.engine.harness import events, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_alive
 from tests.js.node_client import run_node
 from tool_registry import default_registry
@@ -79,12 +80,14 @@ DIALECTS: dict[str, dict[str, Any]] = {
     "ai-sdk": {"post": "/ai-sdk/chat", "resume": "/ai-sdk/chat/{chat}/stream",
                "body": lambda chat: {"id": chat, "tools": ["takeover_weather"], "messages": [
                    {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Oslo?"}]}]},
-               "text": b'"type":"text-delta"', "args": b'"type":"tool-input-delta"'},
+               "text": b'"type":"text-delta"', "args": b'"type":"tool-input-delta"',
+               "tool": b'"type":"tool-input-available"'},
     "ag-ui": {"post": "/ag-ui", "resume": "/ag-ui/threads/{chat}/stream",
               "body": lambda chat: {"threadId": chat, "runId": "r1", "messages": [
                   {"id": "u1", "role": "user", "content": "Oslo?"}],
                   "forwardedProps": {"agentloop": {"tools": ["takeover_weather"]}}},
-              "text": b'"type":"TEXT_MESSAGE_CONTENT"', "args": b'"type":"TOOL_CALL_ARGS"'},
+              "text": b'"type":"TEXT_MESSAGE_CONTENT"', "args": b'"type":"TOOL_CALL_ARGS"',
+              "tool": b'"type":"TOOL_CALL_END"'},
 }
 
 
@@ -95,7 +98,13 @@ async def api(redis_url: str) -> AsyncIterator[Api]:
         yield running
 
 
-@pytest.mark.parametrize("cut", ["text", "args"])
+def run_of(body: bytes) -> str:
+    """The run id in a dialect stream's first event."""
+    first = data(body.decode())[0]
+    return str(first.get("messageId") or first["runId"])
+
+
+@pytest.mark.parametrize("cut", ["text", "args", "tool"])
 @pytest.mark.parametrize("dialect", ["ai-sdk", "ag-ui"])
 async def test_the_dialect_stream_goes_on_after_its_worker_is_killed(
         api: Api, redis_url: str, tmp_path: Path, dialect: str, cut: str) -> None:
@@ -106,8 +115,11 @@ async def test_the_dialect_stream_goes_on_after_its_worker_is_killed(
     try:
         await wait_alive(redis_url, "A")
         live = Capture(api.client, "POST", spec["post"], json=spec["body"](chat),
-                       ready=counts(spec[cut], script.STALL_AFTER))
+                       ready=counts(spec[cut], 1 if cut == "tool" else script.STALL_AFTER))
         await asyncio.wait_for(live.seen.wait(), 60)  # A streamed that far and stalls
+        if cut == "tool":  # ... in the tool
+            await api.call(wait_event(api.backend, run_of(bytes(live.body)),
+                                      "tool_execution_start", timeout=60))
         b = spawn_worker(redis_url, "B", tmp_path / "marks", lease=LEASE, extra_env=FACTORY)
         await wait_alive(redis_url, "B")
         a.send_signal(signal.SIGKILL)
@@ -115,9 +127,8 @@ async def test_the_dialect_stream_goes_on_after_its_worker_is_killed(
         bodies = [await live.text(), await resumed.text()]
     finally:
         stop_all(a, *([b] if b else []))
-    first = data(bodies[0])[0]
-    run_id = first["messageId"] if dialect == "ai-sdk" else first["runId"]
-    await assert_taken_over(api, run_id)
+    run_id = run_of(bodies[0].encode())
+    await assert_taken_over(api, run_id, cut)
     for body in bodies:
         if dialect == "ai-sdk":
             await assert_ai_sdk(body, run_id)
@@ -125,15 +136,18 @@ async def test_the_dialect_stream_goes_on_after_its_worker_is_killed(
             await assert_ag_ui(body, run_id)
 
 
-async def assert_taken_over(api: Api, run_id: str) -> None:
-    """The run completed on B, after A's reply was cut off mid-stream."""
+async def assert_taken_over(api: Api, run_id: str, cut: str) -> None:
+    """The run completed on B, after A's reply was cut off mid-stream (or its tool)."""
     run = await api.wait_status(run_id, "completed", within=60)
     assert run["result"] == script.ANSWER
     log = await api.call(events(api.backend, run_id))
     lost = [e for e in log if e["type"] == "message_end" and
             e["message"].get("error_message") == WORKER_LOST]
+    lost_tool = [e for e in log if e["type"] == "tool_execution_end" and
+                 e["result"]["content"][0]["text"] == TOOL_LOST]
     resumed = [e for e in log if e["type"] == "run_resumed"]
-    assert len(lost) == 1 and [(e["worker"], e["attempt"]) for e in resumed] == [("B", 2)]
+    assert (len(lost), len(lost_tool)) == ((0, 1) if cut == "tool" else (1, 0))
+    assert [(e["worker"], e["attempt"]) for e in resumed] == [("B", 2)]
 
 
 async def assert_ai_sdk(body: str, run_id: str) -> None:
@@ -141,6 +155,7 @@ async def assert_ai_sdk(body: str, run_id: str) -> None:
     assert chunks[-1] == "[DONE]"
     kinds = Counter(c["type"] for c in chunks[:-1])
     assert kinds["start"] == kinds["finish"] == 1 and kinds["error"] == kinds["abort"] == 0
+    assert kinds["tool-output-error"] == kinds["tool-input-error"] == 0
     assert kinds["text-start"] == kinds["text-end"] == 2  # no part cut off, none repeated
     out = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body}, package="ai")
     assert out["errors"] == []
