@@ -33,10 +33,7 @@ client's event verifier demands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import Any
 
 import orjson
 from ag_ui.core import (
@@ -64,52 +61,22 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from ag_ui.encoder import EventEncoder
 
 from app.dialects.ag_ui_messages import result_message_id
+from app.dialects.ag_ui_takeover import AgUiTakeover
+from app.dialects.ag_ui_wire import ENCODER, AgUiEvent, Delta, final_text, loop_of, millis
 from app.dialects.nested import result_text
-from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
-
-_ENCODER = EventEncoder()
+from app.dialects.takeover import Key, Rewind, is_lost_reply, lost_tool_end
 
 
-@dataclass(slots=True, frozen=True)
-class Delta:
-    """A ``TEXT_MESSAGE_CONTENT``, ``REASONING_MESSAGE_CONTENT`` or ``TOOL_CALL_ARGS`` event,
-    the events of every streamed token, encoded straight to the bytes ``EventEncoder`` writes
-    for them (pydantic's model and serializer cost ~5x the rest of a frame; tests/js
-    test_dialect_logs.py checks the two encodings agree)."""
-
-    type: str
-    key: str
-    """``messageId`` or ``toolCallId``."""
-    id: str
-    delta: str
-    sub: str | None = None
-
-    def json(self, timestamp: int | None) -> bytes:
-        """The event's JSON, as the encoder writes it (unset fields left out)."""
-        out: dict[str, object] = {"type": self.type}
-        if timestamp is not None:
-            out["timestamp"] = timestamp
-        if self.sub is not None:
-            out["subagentRunId"] = self.sub
-        out[self.key] = self.id
-        out["delta"] = self.delta
-        return orjson.dumps(out)
-
-
-AgUiEvent: TypeAlias = BaseEvent | Delta
-_CUT_OFF = "the worker stopped before the call was complete"
-
-
-class AgUiProjector:
+class AgUiProjector(AgUiTakeover):
     """Native events (in log order) → AG-UI SSE frames; see the module docstring.
     ``history``: the conversation before the run, as AG-UI messages, for a reconnect's
     snapshot (None: the client sent it and has it)."""
 
     def __init__(self, thread_id: str, history: list[dict[str, Any]] | None = None, *,
                  continues_after: int | None = None) -> None:
+        super().__init__()
         self.thread_id = thread_id
         self._history = history
         self._continues_after = continues_after  # an answer's stream: the log before it
@@ -125,16 +92,11 @@ class AgUiProjector:
         self._announced: set[str] = set()
         self._turns: dict[tuple[int, str], int] = {}  # loop → its current turn
         self._replied = False
-        self._shown = Shown()  # what the run's reply streaming now has shown
-        self._lost: tuple[Rewind, str, set[str]] | None = None  # cut off: (…, message, calls)
-        self._rewind: Rewind | None = None  # ... being streamed again by the resumed attempt
-        self._cut: set[str] = set()  # its calls the resumed attempt has not streamed again
-        self._held: dict[str, dict[str, Any]] = {}  # a lost worker's tool ends, run again
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
         self._seq = int(event.get("seq", self._seq))
-        self._ts = _millis(event.get("ts"))
+        self._ts = millis(event.get("ts"))
         if self._continues_after is not None and self._seq > self._continues_after:
             self._continues_after = None
             self._open.clear()  # the response that ended at the park closed them
@@ -175,7 +137,7 @@ class AgUiProjector:
             return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))
         if self._ts is not None and event.timestamp is None:
             event.timestamp = self._ts
-        return b"id: %d\n%s" % (self._seq, _ENCODER.encode(event).encode())
+        return b"id: %d\n%s" % (self._seq, ENCODER.encode(event).encode())
 
     def _sub(self, event: dict[str, Any]) -> str | None:
         """The subagent an event of a nested loop belongs to (None at depth 0)."""
@@ -194,13 +156,13 @@ class AgUiProjector:
         if kind == "agent_start":
             return self._agent_start(event) if event.get("depth") else []
         if kind == "turn_start":
-            self._turns[_loop(event)] = int(event["turn"])
+            self._turns[loop_of(event)] = int(event["turn"])
         if kind in ("turn_start", "turn_end"):
-            return self._step(kind, f"turn {self._turns.get(_loop(event), 0)}", sub)
+            return self._step(kind, f"turn {self._turns.get(loop_of(event), 0)}", sub)
         if kind == "message_start":
             return self._message_start(event, sub)
         if kind == "message_update":
-            return self._delta(event["delta"], _loop(event), sub)
+            return self._delta(event["delta"], loop_of(event), sub)
         if kind == "message_end":
             return self._message_end(event)
         if kind == "tool_execution_start":
@@ -215,91 +177,6 @@ class AgUiProjector:
         if kind == "agent_end":
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
         return []
-
-    def _resumed(self) -> list[AgUiEvent]:
-        """Close what the crashed worker left open but the run's step (its turn goes on) and
-        the reply it was streaming (streamed again); a call cut off mid-arguments gets a
-        result saying so (else the client would take it for one it must answer)."""
-        keep = {key for key in self._open if key[0] == "step" and key[1].startswith("None/")}
-        if self._lost is not None:
-            _, message_id, calls = self._lost
-            ids = {message_id, f"{message_id}-reasoning"}
-            keep |= {key for key in self._open if key[1] in ids or
-                     (key[0] == "call" and key[1] in calls)}
-        cut = [key[1] for key in self._open if key[0] == "call" and key not in keep]
-        return [*self._close(lambda key: key not in keep), *self._cut_off(cut)]
-
-    def _cut_off(self, calls: list[str] | set[str]) -> list[AgUiEvent]:
-        """Results for calls a lost worker left unfinished (closed first if still open)."""
-        out: list[AgUiEvent] = []
-        for call_id in sorted(calls):
-            closing = self._open.pop(("call", call_id), None)
-            out += [closing] if closing is not None else []
-            out.append(ToolCallResultEvent(message_id=result_message_id(call_id),
-                                           tool_call_id=call_id, content=_CUT_OFF, role="tool"))
-        return out
-
-    def _rewound(self, delta: dict[str, Any], loop: tuple[int, str], sub: str | None
-                 ) -> tuple[list[AgUiEvent], dict[str, Any] | None]:
-        """A delta of the resumed attempt streaming the lost reply again: (events to send
-        first, the delta with only what the client does not have, or None to send nothing)."""
-        rewind, kind = self._rewind, delta["kind"]
-        assert rewind is not None
-        if kind in ("toolcall_start", "toolcall_end"):
-            call_id = delta["tool_call_id"]
-            if kind == "toolcall_start" and call_id in self._cut:  # START was sent
-                self._cut.discard(call_id)
-                return [], None
-            return [], delta
-        key: Key = ("call", delta["tool_call_id"]) if kind == "toolcall_delta" else \
-            ("text" if kind == "text_delta" else "reasoning", "")
-        if not rewind.pending(key):
-            return [], delta
-        new = rewind.take(key, delta["text"])
-        if new is None:
-            return self._diverged(loop, key, delta), {**delta, "text": rewind.repeated(key) +
-                                                      delta["text"]}
-        return [], ({**delta, "text": new} if new else None)
-
-    def _diverged(self, loop: tuple[int, str], key: Key,
-                  delta: dict[str, Any]) -> list[AgUiEvent]:
-        """The resumed attempt says something else than the lost one showed: that message
-        ends, superseded, and the new reply streams into a new one."""
-        old = self._message.get(loop, "")
-        cut = self._cut | ({key[1]} if key[0] == "call" else set())
-        out = [*self._cut_off(cut), *self._close_message(old),
-               CustomEvent(name="agentloop.superseded", value={"messageId": old})]
-        if key[0] == "call":  # its START again, under the new message
-            self._announced.discard(key[1])
-            out += self._delta({**delta, "kind": "toolcall_start"}, loop, None, fresh=True)
-        self._message[loop] = f"{self._run_id}-m{self._seq}"
-        self._rewind, self._cut = None, set()
-        self._shown.clear()
-        return out
-
-    def _settle(self) -> list[AgUiEvent]:
-        """Once the resumed reply is over (or the run, before it came): calls it did not
-        stream again were cut off; text it did not repeat to the end is superseded."""
-        out: list[AgUiEvent] = []
-        if self._lost is not None:  # no attempt streamed the reply again
-            _, message_id, self._cut = self._lost
-            self._lost = None
-            out += self._close_message(message_id)
-        elif self._rewind is not None:
-            for key in self._rewind.unfinished():
-                if key[0] == "call":
-                    self._cut.add(key[1])
-                    continue
-                old = self._message.get((0, ""), "")
-                out += [*self._close_message(old),
-                        CustomEvent(name="agentloop.superseded", value={"messageId": old})]
-                if text := self._rewind.repeated(key):
-                    new = f"{self._run_id}-m{self._seq}-{key[0]}"
-                    out += [*self._text(new, text, None), *self._close_message(new)]
-        self._rewind = None
-        out += self._cut_off(self._cut)
-        self._cut = set()
-        return out
 
     def _run_start(self, run_id: str) -> list[AgUiEvent]:
         started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)
@@ -325,7 +202,7 @@ class AgUiProjector:
         if event["stop_reason"] in ("error", "aborted"):
             return [SubagentErrorEvent(subagent_run_id=sub, message=event.get("error") or
                                        event["stop_reason"], code=event["stop_reason"])]
-        return [SubagentFinishedEvent(subagent_run_id=sub, result=_final_text(event))]
+        return [SubagentFinishedEvent(subagent_run_id=sub, result=final_text(event))]
 
     def _step(self, kind: str, name: str, sub: str | None) -> list[AgUiEvent]:
         key = ("step", f"{sub}/{name}")
@@ -344,7 +221,7 @@ class AgUiProjector:
                 self._lost = None
             elif depth == 0:
                 self._shown.clear()
-            self._message[_loop(event)] = message_id
+            self._message[loop_of(event)] = message_id
             self._replied = self._replied or depth == 0
             return []
         if message.get("role") != "user" or depth or not self._replied:
@@ -419,7 +296,7 @@ class AgUiProjector:
     def _message_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
         """Close what the reply left open (its text, reasoning, calls cut short); a reply
         cut off by a lost worker stays open for the resumed attempt."""
-        loop = _loop(event)
+        loop = loop_of(event)
         message_id = self._message.pop(loop, None)
         if message_id is None:
             return []
@@ -460,11 +337,6 @@ class AgUiProjector:
         self._held.pop(call_id, None)
         return self._tool_result(event, sub)
 
-    def _unheld(self) -> list[AgUiEvent]:
-        """The held ends of calls that were not run again (the run ended first)."""
-        held, self._held = self._held, {}
-        return [e for event in held.values() for e in self._tool_result(event, None)]
-
     def _tool_result(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         call_id = event["tool_call_id"]
         out = self._announce(call_id, {}, sub)
@@ -485,27 +357,4 @@ class AgUiProjector:
             return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
                                            outcome=RunFinishedCancelledOutcome())]
         return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
-                                       result=_final_text(event))]
-
-
-def _loop(event: dict[str, Any]) -> tuple[int, str]:
-    """Which loop an event is from: its depth and the tool call running it."""
-    return int(event.get("depth") or 0), str(event.get("parent_tool_call_id") or "")
-
-
-def _final_text(event: dict[str, Any]) -> str:
-    """The text of the last assistant message a loop added."""
-    for message in reversed(event.get("messages") or []):
-        if message.get("role") == "assistant":
-            return result_text(message.get("content") or [])
-    return ""
-
-
-def _millis(ts: object) -> int | None:
-    return _parse_ts(ts) if isinstance(ts, str) else None
-
-
-@lru_cache(maxsize=64)
-def _parse_ts(ts: str) -> int:
-    """Epoch milliseconds of a stored ``ts`` (many events share one: cached)."""
-    return int(datetime.fromisoformat(ts).timestamp() * 1000)
+                                       result=final_text(event))]
