@@ -19,6 +19,10 @@ Native event → chunks (depth 0):
     approval_decided       tool-output-denied for a denial (its error result is not shown)
     the run parks on them  finish {finishReason: tool-calls, messageMetadata.stop_reason:
                            requires_action}, then [DONE]: the SDK answers in its next request
+    run_resumed            nothing: the parts of a reply a lost worker was streaming stay
+                           open and the resumed attempt's re-stream goes on in them with
+                           only what the client lacks (``app.dialects.takeover``; a diverging
+                           part ends with providerMetadata.agentloop.superseded)
 
 Events of a nested loop (depth > 0) are not parts of the message: they become preliminary
 outputs of the depth-0 tool call that runs them (``nested.NestedTrace``), the SDK's pattern for
@@ -188,6 +192,8 @@ class UIMessageProjector:
         if is_lost_reply(event):
             self._lost = (Rewind(self._shown.texts()), set(self._streaming))
             return []
+        if event["message"].get("role") != "assistant":  # a steer taken before the re-stream
+            return [] if self._lost is not None else self._close_blocks()
         return [*self._settle(), *self._close_blocks()]
 
     def _diverged(self, key: Key, text: str) -> list[dict[str, Any]]:

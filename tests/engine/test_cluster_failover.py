@@ -154,9 +154,10 @@ async def test_master_failover_while_runs_stream(
         redis_cluster.wait_healthy()
     on_victim = [r.id for r in runs[:3]]  # runs_around puts the victim's runs first
     resumed = max(min(t for t in arrivals[i] if t > t_kill) - t_kill for i in on_victim)
+    taken_over = sum(e.count(b'"type":"run_resumed"') for view in seen for _, e in view)
     print(f"slot without a master for {took:.2f}s ({outage} failed calls); every run on it "
-          f"streaming again {resumed:.2f}s after the kill (lease {LEASE}s, heartbeat "
-          f"{HEARTBEAT}s)")
+          f"streaming again {resumed:.2f}s after the kill; {taken_over} runs taken over "
+          f"(lease {LEASE}s, heartbeat {HEARTBEAT}s)")
     assert elsewhere == 0  # a run on a healthy master was served throughout
     assert [(e.status, e.stop_reason) for e in ends] == [("completed", "stop")] * len(ends)
     for run, client_view in zip(runs, seen, strict=True):

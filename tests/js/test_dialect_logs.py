@@ -130,6 +130,21 @@ async def test_the_ai_sdk_reads_a_log_with_a_crash_and_a_steering_message() -> N
     assert parts[-1]["text"] == "Snow, -3."
 
 
+async def test_a_steer_taken_at_the_takeover_does_not_split_the_reply() -> None:
+    steered = log(*_lost_start(), MessageStart(message=UserMessage(content="faster")),
+                  MessageEnd(message=UserMessage(content="faster")), *_resumed("Let me check."))
+    ai = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
+        UIMessageProjector(), steered)}, package="ai")
+    assert ai["errors"] == []
+    texts = [p["text"] for p in ai["message"]["parts"] if p["type"] == "text"]
+    assert texts == ["Let me check.", "Snow, -3."]
+    ag_ui = await run_node("replay_frames.mjs", {"dialect": "ag-ui", "body": body(
+        AgUiProjector("t1"), steered)}, package="@ag-ui/client")
+    assert ag_ui["errors"] == []
+    said = [m["content"] for m in ag_ui["messages"] if m["role"] == "assistant"]
+    assert said == ["Let me check.", "Snow, -3."]
+
+
 async def test_a_resumed_reply_that_says_something_else_supersedes_the_shown_text() -> None:
     out = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
         UIMessageProjector(), crashed("Let us see."))}, package="ai")
