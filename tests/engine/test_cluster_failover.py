@@ -45,13 +45,15 @@ def until_finish(request: ModelRequest) -> Step:
 
 
 @pytest.fixture
-async def cluster_backends(cluster_url: str) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
-    """The clients' backend and the worker's (separate connections, as separate processes)."""
-    made = [make_backend(cluster_url, lease=LEASE, run_ttl=3600, cluster=True) for _ in range(2)]
+async def cluster_backends(cluster_url: str
+                           ) -> AsyncIterator[tuple[RedisBackend, RedisBackend, RedisBackend]]:
+    """The clients' backend and two workers' (separate connections, as separate processes:
+    a run whose lease lapses in the outage is taken over by the other worker)."""
+    made = [make_backend(cluster_url, lease=LEASE, run_ttl=3600, cluster=True) for _ in range(3)]
     for b in made:
         await b.start()
     try:
-        yield made[0], made[1]  # type: ignore[return-value]
+        yield made[0], made[1], made[2]  # type: ignore[misc]
     finally:
         for b in made:
             await b.close()
@@ -123,12 +125,14 @@ async def runs_around(backend: RedisBackend, victim: int, each: int) -> list[Run
 
 
 async def test_master_failover_while_runs_stream(
-        cluster_backends: tuple[RedisBackend, RedisBackend], redis_cluster: RedisCluster) -> None:
-    api, store = cluster_backends
+        cluster_backends: tuple[RedisBackend, RedisBackend, RedisBackend],
+        redis_cluster: RedisCluster) -> None:
+    api, store, other = cluster_backends
     victim = master_port(api, JOBS_STREAM)  # dispatch and some runs lose their master
     resolve = scripted.resolver(lambda: FakeProvider(script=[until_finish], repeat=True))
     try:
-        async with worker(store, resolve, lease=LEASE, heartbeat=HEARTBEAT):
+        async with worker(store, resolve, lease=LEASE, heartbeat=HEARTBEAT), \
+                worker(other, resolve, lease=LEASE, heartbeat=HEARTBEAT):
             runs = await runs_around(api, victim, 3)
             arrivals: dict[str, list[float]] = {r.id: [] for r in runs}
             tails = [asyncio.create_task(tail(api, r.id, arrivals[r.id])) for r in runs]
