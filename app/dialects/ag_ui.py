@@ -233,9 +233,9 @@ class AgUiProjector(AgUiTakeover):
                 TextMessageEndEvent(message_id=message_id)]
 
     def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
-               sub: str | None, *, fresh: bool = False) -> list[AgUiEvent]:
+               sub: str | None) -> list[AgUiEvent]:
         before: list[AgUiEvent] = []
-        if loop[0] == 0 and self._rewind is not None and not fresh:
+        if loop[0] == 0 and self._rewind is not None:
             before, rest = self._rewound(delta, loop, sub)
             if rest is None:
                 return before

@@ -21,7 +21,6 @@ class AgUiTakeover:
 
     _open: dict[tuple[str, str], BaseEvent]
     _message: dict[tuple[int, str], str]
-    _announced: set[str]
     _run_id: str
     _seq: int
 
@@ -39,10 +38,6 @@ class AgUiTakeover:
         raise NotImplementedError
 
     def _text(self, message_id: str, text: str, sub: str | None) -> list[AgUiEvent]:
-        raise NotImplementedError
-
-    def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
-               sub: str | None, *, fresh: bool = False) -> list[AgUiEvent]:
         raise NotImplementedError
 
     def _tool_result(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
@@ -89,21 +84,22 @@ class AgUiTakeover:
             return [], delta
         new = rewind.take(key, delta["text"])
         if new is None:
-            return self._diverged(loop, key, delta), {**delta, "text": rewind.repeated(key) +
+            return self._diverged(loop, key), {**delta, "text": rewind.repeated(key) +
                                                       delta["text"]}
         return [], ({**delta, "text": new} if new else None)
 
-    def _diverged(self, loop: tuple[int, str], key: Key,
-                  delta: dict[str, Any]) -> list[AgUiEvent]:
+    def _diverged(self, loop: tuple[int, str], key: Key) -> list[AgUiEvent]:
         """The resumed attempt says something else than the lost one showed: that message
-        ends, superseded, and the new reply streams into a new one."""
+        ends, superseded, and the new reply streams into a new one. A call of the same id
+        with other arguments ends with the arguments shown (AG-UI cannot restart them; the
+        rest of its deltas find it closed and are not sent): its result follows as usual."""
         old = self._message.get(loop, "")
-        cut = self._cut | ({key[1]} if key[0] == "call" else set())
-        out = [*self._cut_off(cut), *self._close_message(old),
-               CustomEvent(name="agentloop.superseded", value={"messageId": old})]
-        if key[0] == "call":  # its START again, under the new message
-            self._announced.discard(key[1])
-            out += self._delta({**delta, "kind": "toolcall_start"}, loop, None, fresh=True)
+        call = key[1] if key[0] == "call" else None
+        closing = self._open.pop(("call", call), None) if call is not None else None
+        value = {"messageId": old, **({"toolCallId": call} if call is not None else {})}
+        out = [*([closing] if closing is not None else []),
+               *self._cut_off(self._cut - {call} if call is not None else self._cut),
+               *self._close_message(old), CustomEvent(name="agentloop.superseded", value=value)]
         self._message[loop] = f"{self._run_id}-m{self._seq}"
         self._rewind, self._cut = None, set()
         self._shown.clear()

@@ -129,6 +129,8 @@ async def test_the_dialect_stream_goes_on_after_its_worker_is_killed(
         stop_all(a, *([b] if b else []))
     run_id = run_of(bodies[0].encode())
     await assert_taken_over(api, run_id, cut)
+    after = await api.client.get(spec["resume"].format(chat=chat))
+    assert after.status_code == 204  # the run is over: a reload finds nothing to resume
     for body in bodies:
         if dialect == "ai-sdk":
             await assert_ai_sdk(body, run_id)

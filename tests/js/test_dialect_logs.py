@@ -145,6 +145,34 @@ async def test_a_steer_taken_at_the_takeover_does_not_split_the_reply() -> None:
     assert said == ["Let me check.", "Snow, -3."]
 
 
+async def test_a_call_streamed_again_with_other_arguments() -> None:
+    """The same call id, other arguments: the AI SDK restarts the call's input; AG-UI cannot
+    and keeps what it showed, marking it superseded; one result either way."""
+    again = log(*_lost_start(), MessageStart(message=reply([])), text("Let me "),
+                call_delta("toolcall_start"), call_delta("toolcall_delta", '{"town": "Oslo"}'),
+                call_delta("toolcall_end", '{"town": "Oslo"}'),
+                MessageEnd(message=reply([], "tool_use")),
+                ToolExecutionStart(tool_call_id="c1", tool_name="weather", args={"town": "Oslo"}),
+                ToolExecutionEnd(tool_call_id="c1", tool_name="weather", is_error=False, result={
+                    "content": [{"type": "text", "text": "snow"}], "details": None}),
+                TurnEnd(message=reply([]), tool_results=[]),
+                AgentEnd(stop_reason="stop", error=None, usage=Usage(), messages=[]))
+    ai = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
+        UIMessageProjector(), again)}, package="ai")
+    assert ai["errors"] == []
+    tools = [p for p in ai["message"]["parts"] if p["type"] == "tool-weather"]
+    assert [(t["input"], t["state"]) for t in tools] == [({"town": "Oslo"}, "output-available")]
+    ag_ui = await run_node("replay_frames.mjs", {"dialect": "ag-ui", "body": body(
+        AgUiProjector("t1"), again)}, package="@ag-ui/client")
+    assert ag_ui["errors"] == []
+    superseded = [e["value"] for e in ag_ui["events"] if e.get("name") == "agentloop.superseded"]
+    assert [v["toolCallId"] for v in superseded] == ["c1"]
+    calls = [c for m in ag_ui["messages"] for c in m.get("toolCalls") or []]
+    assert [(c["id"], c["function"]["arguments"]) for c in calls] == [("c1", '{"ci')]
+    results = [m["content"] for m in ag_ui["messages"] if m["role"] == "tool"]
+    assert results == ["snow"]
+
+
 async def test_a_resumed_reply_that_says_something_else_supersedes_the_shown_text() -> None:
     out = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
         UIMessageProjector(), crashed("Let us see."))}, package="ai")
