@@ -13,7 +13,12 @@ Native event → AG-UI events:
     tool_execution_end       TOOL_CALL_RESULT {content: the result's text}
     agent_start / agent_end  SUBAGENT_STARTED / SUBAGENT_FINISHED or SUBAGENT_ERROR (depth > 0)
     agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR
-    run_resumed              the blocks a crashed worker left open are closed
+    run_resumed              the blocks a crashed worker left open are closed, except the
+                             run's step and the reply it was streaming: the resumed attempt
+                             streams that reply again into the same message, and only what
+                             the client does not have yet is sent (``app.dialects.takeover``;
+                             CUSTOM {name: "agentloop.superseded", value: {messageId}} when
+                             the new attempt says something else)
     client_tool_requested    (the call was streamed as TOOL_CALL_*): once the run parks on
                              such frontend tools, RUN_FINISHED ends this AG-UI run with the
                              pending calls; the client's next input carries their results
@@ -31,10 +36,7 @@ client's event verifier demands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import Any
 
 import orjson
 from ag_ui.core import (
@@ -62,51 +64,22 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from ag_ui.encoder import EventEncoder
 
 from app.dialects.ag_ui_messages import result_message_id
+from app.dialects.ag_ui_takeover import AgUiTakeover
+from app.dialects.ag_ui_wire import ENCODER, AgUiEvent, Delta, final_text, loop_of, millis
 from app.dialects.nested import result_text
-
-_ENCODER = EventEncoder()
-
-
-@dataclass(slots=True, frozen=True)
-class Delta:
-    """A ``TEXT_MESSAGE_CONTENT``, ``REASONING_MESSAGE_CONTENT`` or ``TOOL_CALL_ARGS`` event,
-    the events of every streamed token, encoded straight to the bytes ``EventEncoder`` writes
-    for them (pydantic's model and serializer cost ~5x the rest of a frame; tests/js
-    test_dialect_logs.py checks the two encodings agree)."""
-
-    type: str
-    key: str
-    """``messageId`` or ``toolCallId``."""
-    id: str
-    delta: str
-    sub: str | None = None
-
-    def json(self, timestamp: int | None) -> bytes:
-        """The event's JSON, as the encoder writes it (unset fields left out)."""
-        out: dict[str, object] = {"type": self.type}
-        if timestamp is not None:
-            out["timestamp"] = timestamp
-        if self.sub is not None:
-            out["subagentRunId"] = self.sub
-        out[self.key] = self.id
-        out["delta"] = self.delta
-        return orjson.dumps(out)
+from app.dialects.takeover import Key, Rewind, is_lost_reply, lost_tool_end
 
 
-AgUiEvent: TypeAlias = BaseEvent | Delta
-_CUT_OFF = "the worker stopped before the call was complete"
-
-
-class AgUiProjector:
+class AgUiProjector(AgUiTakeover):
     """Native events (in log order) → AG-UI SSE frames; see the module docstring.
     ``history``: the conversation before the run, as AG-UI messages, for a reconnect's
     snapshot (None: the client sent it and has it)."""
 
     def __init__(self, thread_id: str, history: list[dict[str, Any]] | None = None, *,
                  continues_after: int | None = None) -> None:
+        super().__init__()
         self.thread_id = thread_id
         self._history = history
         self._continues_after = continues_after  # an answer's stream: the log before it
@@ -126,7 +99,7 @@ class AgUiProjector:
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
         self._seq = int(event.get("seq", self._seq))
-        self._ts = _millis(event.get("ts"))
+        self._ts = millis(event.get("ts"))
         if self._continues_after is not None and self._seq > self._continues_after:
             self._continues_after = None
             self._open.clear()  # the response that ended at the park closed them
@@ -143,7 +116,8 @@ class AgUiProjector:
     def pause(self) -> list[bytes]:
         """The end of this AG-UI run while its frontend tool calls are pending."""
         done = RunFinishedEvent(thread_id=self.thread_id, run_id=self._run_id)
-        return [self._frame(e) for e in [*self._close(lambda _: True), done]]
+        return [self._frame(e) for e in [*self._settle(), *self._unheld(),
+                                          *self._close(lambda _: True), done]]
 
     def _hitl(self, event: dict[str, Any]) -> list[AgUiEvent]:
         call_id, kind = event["tool_call_id"], event["type"]
@@ -178,7 +152,7 @@ class AgUiProjector:
             return b"id: %d\ndata: %s\n\n" % (self._seq, event.json(self._ts))
         if self._ts is not None and event.timestamp is None:
             event.timestamp = self._ts
-        return b"id: %d\n%s" % (self._seq, _ENCODER.encode(event).encode())
+        return b"id: %d\n%s" % (self._seq, ENCODER.encode(event).encode())
 
     def _sub(self, event: dict[str, Any]) -> str | None:
         """The subagent an event of a nested loop belongs to (None at depth 0)."""
@@ -197,15 +171,15 @@ class AgUiProjector:
         if kind == "agent_start":
             return self._agent_start(event) if event.get("depth") else []
         if kind == "turn_start":
-            self._turns[_loop(event)] = int(event["turn"])
+            self._turns[loop_of(event)] = int(event["turn"])
         if kind in ("turn_start", "turn_end"):
-            return self._step(kind, f"turn {self._turns.get(_loop(event), 0)}", sub)
+            return self._step(kind, f"turn {self._turns.get(loop_of(event), 0)}", sub)
         if kind == "message_start":
             return self._message_start(event, sub)
         if kind == "message_update":
-            return self._delta(event["delta"], _loop(event), sub)
+            return self._delta(event["delta"], loop_of(event), sub)
         if kind == "message_end":
-            return self._message_end(_loop(event))
+            return self._message_end(event)
         if kind == "tool_execution_start":
             self._calls[event["tool_call_id"]] = (event["tool_name"], sub)
             return self._announce(event["tool_call_id"], event["args"], sub)
@@ -218,14 +192,6 @@ class AgUiProjector:
         if kind == "agent_end":
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
         return []
-
-    def _resumed(self) -> list[AgUiEvent]:
-        """Close what the crashed worker left open; a call cut off mid-arguments gets a
-        result saying so (else the client would take it for one it must answer)."""
-        cut = [key[1] for key in self._open if key[0] == "call"]
-        return [*self._close(lambda _: True),
-                *(ToolCallResultEvent(message_id=result_message_id(call_id), tool_call_id=call_id,
-                                      content=_CUT_OFF, role="tool") for call_id in cut)]
 
     def _run_start(self, run_id: str) -> list[AgUiEvent]:
         started = RunStartedEvent(thread_id=self.thread_id, run_id=run_id)
@@ -251,7 +217,7 @@ class AgUiProjector:
         if event["stop_reason"] in ("error", "aborted"):
             return [SubagentErrorEvent(subagent_run_id=sub, message=event.get("error") or
                                        event["stop_reason"], code=event["stop_reason"])]
-        return [SubagentFinishedEvent(subagent_run_id=sub, result=_final_text(event))]
+        return [SubagentFinishedEvent(subagent_run_id=sub, result=final_text(event))]
 
     def _step(self, kind: str, name: str, sub: str | None) -> list[AgUiEvent]:
         key = ("step", f"{sub}/{name}")
@@ -265,7 +231,12 @@ class AgUiProjector:
         message, depth = event["message"], int(event["depth"])
         message_id = f"{event['run_id']}-m{self._seq}"
         if message.get("role") == "assistant":
-            self._message[_loop(event)] = message_id
+            if depth == 0 and self._lost is not None:  # the lost reply, streamed again
+                self._rewind, message_id, self._cut = self._lost
+                self._lost = None
+            elif depth == 0:
+                self._shown.clear()
+            self._message[loop_of(event)] = message_id
             self._replied = self._replied or depth == 0
             return []
         if message.get("role") != "user" or depth or not self._replied:
@@ -278,8 +249,23 @@ class AgUiProjector:
 
     def _delta(self, delta: dict[str, Any], loop: tuple[int, str],
                sub: str | None) -> list[AgUiEvent]:
+        before: list[AgUiEvent] = []
+        if loop[0] == 0 and self._rewind is not None:
+            before, rest = self._rewound(delta, loop, sub)
+            if rest is None:
+                return before
+            delta = rest
         kind = delta["kind"]
         message_id = self._message.get(loop, f"m{self._seq}")
+        if loop[0] == 0 and kind != "toolcall_start" and kind != "toolcall_end":
+            key: Key = ("call", delta["tool_call_id"]) if kind == "toolcall_delta" else \
+                ("text" if kind == "text_delta" else "reasoning", "")
+            self._shown.add(key, delta["text"])
+        return [*before, *self._block(delta, message_id, sub)]
+
+    def _block(self, delta: dict[str, Any], message_id: str, sub: str | None
+               ) -> list[AgUiEvent]:
+        kind = delta["kind"]
         if kind == "text_delta":
             return self._text(message_id, delta["text"], sub)
         if kind == "thinking_delta":
@@ -322,12 +308,24 @@ class AgUiProjector:
             out.append(Delta("REASONING_MESSAGE_CONTENT", "messageId", message_id, text, sub))
         return out
 
-    def _message_end(self, loop: tuple[int, str]) -> list[AgUiEvent]:
-        """Close what the reply left open (its text, reasoning, calls cut short)."""
+    def _message_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
+        """Close what the reply left open (its text, reasoning, calls cut short); a reply
+        cut off by a lost worker stays open for the resumed attempt."""
+        loop = loop_of(event)
         message_id = self._message.pop(loop, None)
         if message_id is None:
             return []
-        ids = {message_id, f"{message_id}-reasoning"}
+        if is_lost_reply(event):
+            calls = {key[1] for key, closing in self._open.items() if key[0] == "call"
+                     and getattr(closing, "subagent_run_id", None) is None}
+            self._lost = (Rewind(self._shown.texts()), message_id, calls)
+            return []
+        out = self._settle() if loop[0] == 0 else []
+        return [*out, *self._close_message(message_id)]
+
+    def _close_message(self, message_id: str) -> list[AgUiEvent]:
+        """Close a reply's text and reasoning."""
+        ids = (message_id, f"{message_id}-reasoning")
         return self._close(lambda key: key[1] in ids)
 
     def _close(self, which: Any) -> list[AgUiEvent]:
@@ -348,6 +346,14 @@ class AgUiProjector:
 
     def _tool_end(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
         call_id = event["tool_call_id"]
+        if lost_tool_end(event):  # the new worker runs the call again: one result
+            self._held[call_id] = event
+            return []
+        self._held.pop(call_id, None)
+        return self._tool_result(event, sub)
+
+    def _tool_result(self, event: dict[str, Any], sub: str | None) -> list[AgUiEvent]:
+        call_id = event["tool_call_id"]
         out = self._announce(call_id, {}, sub)
         if call_id in self._answered:  # the client's own tool message has it
             return out
@@ -357,7 +363,7 @@ class AgUiProjector:
                                           subagent_run_id=sub)]
 
     def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
-        out = self._close(lambda _: True)
+        out = [*self._settle(), *self._unheld(), *self._close(lambda _: True)]
         reason, run_id = event["stop_reason"], event["run_id"]
         if reason == "error":
             return [*out, RunErrorEvent(message=event.get("error") or "the run failed",
@@ -366,27 +372,4 @@ class AgUiProjector:
             return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
                                            outcome=RunFinishedCancelledOutcome())]
         return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
-                                       result=_final_text(event))]
-
-
-def _loop(event: dict[str, Any]) -> tuple[int, str]:
-    """Which loop an event is from: its depth and the tool call running it."""
-    return int(event.get("depth") or 0), str(event.get("parent_tool_call_id") or "")
-
-
-def _final_text(event: dict[str, Any]) -> str:
-    """The text of the last assistant message a loop added."""
-    for message in reversed(event.get("messages") or []):
-        if message.get("role") == "assistant":
-            return result_text(message.get("content") or [])
-    return ""
-
-
-def _millis(ts: object) -> int | None:
-    return _parse_ts(ts) if isinstance(ts, str) else None
-
-
-@lru_cache(maxsize=64)
-def _parse_ts(ts: str) -> int:
-    """Epoch milliseconds of a stored ``ts`` (many events share one: cached)."""
-    return int(datetime.fromisoformat(ts).timestamp() * 1000)
+                                       result=final_text(event))]

@@ -19,6 +19,10 @@ Native event → chunks (depth 0):
     approval_decided       tool-output-denied for a denial (its error result is not shown)
     the run parks on them  finish {finishReason: tool-calls, messageMetadata.stop_reason:
                            requires_action}, then [DONE]: the SDK answers in its next request
+    run_resumed            nothing: the parts of a reply a lost worker was streaming stay
+                           open and the resumed attempt's re-stream goes on in them with
+                           only what the client lacks (``app.dialects.takeover``; a diverging
+                           part ends with providerMetadata.agentloop.superseded)
 
 Events of a nested loop (depth > 0) are not parts of the message (except a nested pick that
 waits for a person: its request, answer and end are the parts above): they become preliminary
@@ -33,11 +37,16 @@ from typing import Any
 import orjson
 
 from app.dialects.nested import NestedTrace, result_text
+from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no",
            "cache-control": "no-cache"}
 """The SDK's ``UI_MESSAGE_STREAM_HEADERS`` (beyond the media type)."""
 DONE = b"data: [DONE]\n\n"
+SUPERSEDED = {"agentloop": {"superseded": True}}
+"""``providerMetadata`` of a text or reasoning part a lost worker streamed and the resumed
+attempt did not repeat (``app.dialects.takeover``): a UI may hide it."""
+_CUT_OFF = "the worker stopped before the call was complete"
 _FINISH = {"stop": "stop", "error": "error"}
 """Our stop reasons the SDK names; ``max_iterations`` (the round cap) is ``other``."""
 
@@ -63,6 +72,11 @@ class UIMessageProjector:
         self._denied: set[str] = set()
         self._lifted: set[str] = set()  # nested picks shown as parts of their own
         self._run_id = ""
+        self._shown = Shown()  # what the open parts of the reply hold
+        self._lost: tuple[Rewind, set[str]] | None = None  # a reply cut off by a lost worker
+        self._rewind: Rewind | None = None  # ... being streamed again by the resumed attempt
+        self._cut: set[str] = set()  # its calls the resumed attempt has not streamed again
+        self._held: dict[str, dict[str, Any]] = {}  # a lost worker's tool ends, run again
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
@@ -82,7 +96,8 @@ class UIMessageProjector:
     def pause(self) -> list[bytes]:
         """The end of this response while the run waits (the SDK's tool-call finish)."""
         meta = {"run_id": self._run_id, "stop_reason": "requires_action"}
-        chunks = [*self._close_blocks(), {"type": "finish", "finishReason": "tool-calls",
+        chunks = [*self._settle(), *self._unheld(), *self._close_blocks(),
+                  {"type": "finish", "finishReason": "tool-calls",
                                           "messageMetadata": meta}]
         return [self._frame(c) for c in chunks]
 
@@ -109,7 +124,7 @@ class UIMessageProjector:
         if kind == "message_update":
             return self._delta(event["delta"])
         if kind == "message_end":
-            return self._close_blocks()
+            return self._message_end(event)
         if kind == "tool_execution_start":
             return self._announce(event["tool_call_id"], event["tool_name"], event["args"])
         if kind == "tool_execution_update":
@@ -126,7 +141,11 @@ class UIMessageProjector:
         role = message.get("role")
         if role == "assistant":
             self._assistant_seen = True
-            self._open = {}
+            if self._lost is not None:  # the resumed attempt streams the lost reply again
+                (self._rewind, self._cut), self._lost = self._lost, None
+            else:
+                self._open = {}
+                self._shown.clear()
             return []
         if role != "user" or not self._assistant_seen:
             return []
@@ -141,7 +160,8 @@ class UIMessageProjector:
             return self._block_delta("text" if kind == "text_delta" else "reasoning", index,
                                      delta["text"])
         call_id = delta["tool_call_id"]
-        if kind == "toolcall_start":
+        if kind == "toolcall_start":  # a call streamed again starts over in the SDK's part
+            self._cut.discard(call_id)
             self._streaming[call_id] = delta["tool_name"]
             return [{"type": "tool-input-start", "toolCallId": call_id,
                      "toolName": delta["tool_name"]}]
@@ -151,12 +171,65 @@ class UIMessageProjector:
         return self._announce(call_id, delta["tool_name"], delta.get("arguments") or {})
 
     def _block_delta(self, kind: str, index: int, text: str) -> list[dict[str, Any]]:
+        key = (kind, str(index))
+        if self._rewind is not None and self._rewind.pending(key):
+            new = self._rewind.take(key, text)
+            if new is None:
+                return self._diverged(key, self._rewind.repeated(key) + text)
+            if not new:
+                return []  # the client has this text from the lost worker
+            text = new
         out: list[dict[str, Any]] = []
         if index not in self._open:
             part_id = f"{kind}-{self._turn}-{index}"
             self._open[index] = (kind, part_id)
             out.append({"type": f"{kind}-start", "id": part_id})
         out.append({"type": f"{kind}-delta", "id": self._open[index][1], "delta": text})
+        self._shown.add(key, text)
+        return out
+
+    def _message_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The reply's end closes its parts; a reply cut off by a lost worker keeps them
+        open for the resumed attempt (``app.dialects.takeover``)."""
+        if is_lost_reply(event):
+            self._lost = (Rewind(self._shown.texts()), set(self._streaming))
+            return []
+        if event["message"].get("role") != "assistant":  # a steer taken before the re-stream
+            return [] if self._lost is not None else self._close_blocks()
+        return [*self._settle(), *self._close_blocks()]
+
+    def _diverged(self, key: Key, text: str) -> list[dict[str, Any]]:
+        """The resumed attempt's block says something else than the lost one showed: that
+        part ends, superseded, and ``text`` starts a new one."""
+        kind, index = key[0], int(key[1])
+        out: list[dict[str, Any]] = []
+        old = self._open.pop(index, None)
+        if old is not None:
+            out.append({"type": f"{kind}-end", "id": old[1], "providerMetadata": SUPERSEDED})
+        if not text:
+            return out
+        part_id = f"{kind}-{self._turn}-{index}-{self._seq}"
+        self._open[index] = (kind, part_id)
+        self._shown.reset(key, text)
+        return [*out, {"type": f"{kind}-start", "id": part_id},
+                {"type": f"{kind}-delta", "id": part_id, "delta": text}]
+
+    def _settle(self) -> list[dict[str, Any]]:
+        """Once the resumed reply is over (or the run, before it came): parts it did not
+        repeat to the end are superseded, calls it did not stream again were cut off."""
+        out: list[dict[str, Any]] = []
+        if self._lost is not None:  # no attempt streamed the reply again
+            self._cut, self._lost = self._lost[1], None
+        elif self._rewind is not None:
+            for key in self._rewind.unfinished():
+                out += self._diverged(key, self._rewind.repeated(key))
+        self._rewind = None
+        for call_id in sorted(self._cut):
+            name = self._streaming.pop(call_id, None)
+            if name is not None:
+                out.append({"type": "tool-input-error", "toolCallId": call_id, "toolName": name,
+                            "input": {}, "errorText": _CUT_OFF})
+        self._cut = set()
         return out
 
     def _close_blocks(self) -> list[dict[str, Any]]:
@@ -190,15 +263,24 @@ class UIMessageProjector:
         return out
 
     def _resumed(self) -> list[dict[str, Any]]:
-        """Close what the crashed worker left open: text blocks, and calls whose arguments
-        never finished (the resumed reply makes its own)."""
+        """A reply the lost worker was streaming stays open for the resumed attempt; else
+        close what the crashed worker left open."""
+        if self._lost is not None:
+            return []
         cut = [{"type": "tool-input-error", "toolCallId": call_id, "toolName": name,
-                "input": {}, "errorText": "the worker stopped before the call was complete"}
-               for call_id, name in self._streaming.items()]
+                "input": {}, "errorText": _CUT_OFF} for call_id, name in self._streaming.items()]
         self._streaming = {}
         return [*self._close_blocks(), *cut]
 
     def _tool_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        call_id = event["tool_call_id"]
+        if lost_tool_end(event):  # the part stays running: the new worker runs the call
+            self._held[call_id] = event
+            return []
+        self._held.pop(call_id, None)
+        return self._tool_result(event)
+
+    def _tool_result(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         call_id = event["tool_call_id"]
         out = self._announce(call_id, event["tool_name"], {})
         result = event["result"]
@@ -210,7 +292,7 @@ class UIMessageProjector:
         return [*out, {"type": "tool-output-available", "toolCallId": call_id, "output": result}]
 
     def _end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        out = self._close_blocks()
+        out = [*self._settle(), *self._unheld(), *self._close_blocks()]
         reason = event["stop_reason"]
         if reason == "aborted":
             return [*out, {"type": "abort", "reason": event.get("error") or "cancelled"}]
@@ -232,6 +314,11 @@ class UIMessageProjector:
         if kind == "tool_execution_end" and call_id in self._lifted:
             return [*out, *self._tool_end(event)]
         return out
+
+    def _unheld(self) -> list[dict[str, Any]]:
+        """The held ends of calls that were not run again (the run ended first)."""
+        held, self._held = self._held, {}
+        return [c for event in held.values() for c in self._tool_result(event)]
 
     def _nested_chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         update = self._nested.feed(event)

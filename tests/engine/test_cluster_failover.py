@@ -17,6 +17,7 @@ from app.backends import Backend, BackendError, RunRecord, make_backend
 from app.backends.base import TERMINAL
 from app.backends.redis import RedisBackend
 from app.backends.redis_keys import JOBS_STREAM, inflight_key, queue_key, run_key
+from app.config import Settings
 from app.queues import QueuedMessage
 from providers import fake
 from providers.base import ModelRequest
@@ -28,6 +29,9 @@ from tests.support.redis_cluster import RedisCluster
 
 pytestmark = pytest.mark.timeout(120)
 FINISH = "finish"
+LEASE, HEARTBEAT = Settings.model_fields["lease_seconds"].default, \
+    Settings.model_fields["heartbeat_seconds"].default
+"""The service defaults (5 s, 1 s): the failover must not need a longer lease."""
 
 
 def until_finish(request: ModelRequest) -> Step:
@@ -41,13 +45,15 @@ def until_finish(request: ModelRequest) -> Step:
 
 
 @pytest.fixture
-async def cluster_backends(cluster_url: str) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
-    """The clients' backend and the worker's (separate connections, as separate processes)."""
-    made = [make_backend(cluster_url, lease=10.0, run_ttl=3600, cluster=True) for _ in range(2)]
+async def cluster_backends(cluster_url: str
+                           ) -> AsyncIterator[tuple[RedisBackend, RedisBackend, RedisBackend]]:
+    """The clients' backend and two workers' (separate connections, as separate processes:
+    a run whose lease lapses in the outage is taken over by the other worker)."""
+    made = [make_backend(cluster_url, lease=LEASE, run_ttl=3600, cluster=True) for _ in range(3)]
     for b in made:
         await b.start()
     try:
-        yield made[0], made[1]  # type: ignore[return-value]
+        yield made[0], made[1], made[2]  # type: ignore[misc]
     finally:
         for b in made:
             await b.close()
@@ -58,16 +64,21 @@ def master_port(backend: RedisBackend, key: str) -> int:
     return int(node.port)
 
 
-async def tail(backend: Backend, run_id: str) -> list[tuple[int, bytes]]:
+async def tail(backend: Backend, run_id: str, arrivals: list[float] | None = None
+               ) -> list[tuple[int, bytes]]:
     """A client following the run to its end, resuming after its last seq when the store
-    fails (as an SSE client reconnects with Last-Event-ID)."""
+    fails (as an SSE client reconnects with Last-Event-ID); when each page of events came
+    goes to ``arrivals``."""
     seen: list[tuple[int, bytes]] = []
+    loop = asyncio.get_running_loop()
     while True:
         try:
             got = await backend.wait_events(run_id, seen[-1][0] if seen else 0, timeout=1)
         except BackendError:
             await asyncio.sleep(0.1)
             continue
+        if got and arrivals is not None:
+            arrivals.append(loop.time())
         seen += [(e.seq, e.data) for e in got]
         if any(e.type == "agent_end" for e in got):
             return seen
@@ -114,14 +125,17 @@ async def runs_around(backend: RedisBackend, victim: int, each: int) -> list[Run
 
 
 async def test_master_failover_while_runs_stream(
-        cluster_backends: tuple[RedisBackend, RedisBackend], redis_cluster: RedisCluster) -> None:
-    api, store = cluster_backends
+        cluster_backends: tuple[RedisBackend, RedisBackend, RedisBackend],
+        redis_cluster: RedisCluster) -> None:
+    api, store, other = cluster_backends
     victim = master_port(api, JOBS_STREAM)  # dispatch and some runs lose their master
     resolve = scripted.resolver(lambda: FakeProvider(script=[until_finish], repeat=True))
     try:
-        async with worker(store, resolve, lease=10.0):
+        async with worker(store, resolve, lease=LEASE, heartbeat=HEARTBEAT), \
+                worker(other, resolve, lease=LEASE, heartbeat=HEARTBEAT):
             runs = await runs_around(api, victim, 3)
-            tails = [asyncio.create_task(tail(api, r.id)) for r in runs]
+            arrivals: dict[str, list[float]] = {r.id: [] for r in runs}
+            tails = [asyncio.create_task(tail(api, r.id, arrivals[r.id])) for r in runs]
             stop = asyncio.Event()
             storm = asyncio.create_task(steer_storm(api, runs, stop))
             await asyncio.sleep(1.0)
@@ -142,7 +156,12 @@ async def test_master_failover_while_runs_stream(
     finally:
         redis_cluster.restart(victim)
         redis_cluster.wait_healthy()
-    print(f"slot without a master for {took:.2f}s ({outage} failed calls)")
+    on_victim = [r.id for r in runs[:3]]  # runs_around puts the victim's runs first
+    resumed = max(min(t for t in arrivals[i] if t > t_kill) - t_kill for i in on_victim)
+    taken_over = sum(e.count(b'"type":"run_resumed"') for view in seen for _, e in view)
+    print(f"slot without a master for {took:.2f}s ({outage} failed calls); every run on it "
+          f"streaming again {resumed:.2f}s after the kill; {taken_over} runs taken over "
+          f"(lease {LEASE}s, heartbeat {HEARTBEAT}s)")
     assert elsewhere == 0  # a run on a healthy master was served throughout
     assert [(e.status, e.stop_reason) for e in ends] == [("completed", "stop")] * len(ends)
     for run, client_view in zip(runs, seen, strict=True):

@@ -2,14 +2,21 @@
 //   node replay_frames.mjs '<spec>'   spec: {dialect: "ai-sdk" | "ag-ui", body: "<SSE text>"}
 // ai-sdk: parseJsonEventStream with uiMessageChunkSchema (what DefaultChatTransport runs), then
 //         readUIMessageStream; out {message, errors}
-// ag-ui:  the SSE data lines through verifyEvents (order and open/close rules); out {events, errors}
+// ag-ui:  the SSE data lines through verifyEvents (order and open/close rules), then through
+//         an agent's runAgent (the client's verifier and message builder, as HttpAgent runs
+//         them on its fetched events); out {events, messages, errors}
 import { parseJsonEventStream, readUIMessageStream, uiMessageChunkSchema } from 'ai';
-import { verifyEvents } from '@ag-ui/client';
+import { AbstractAgent, verifyEvents } from '@ag-ui/client';
 import { from, lastValueFrom, toArray } from 'rxjs';
+
+class Replay extends AbstractAgent {
+  constructor(events) { super({ threadId: spec.threadId ?? 't1' }); this.events = events; }
+  run() { return from(this.events); }
+}
 
 const spec = JSON.parse(process.argv[2]);
 const bytes = new TextEncoder().encode(spec.body);
-const out = { message: null, events: [], errors: [] };
+const out = { message: null, events: [], messages: [], errors: [] };
 
 if (spec.dialect === 'ai-sdk') {
   const body = new ReadableStream({ start(c) { c.enqueue(bytes); c.close(); } });
@@ -27,6 +34,9 @@ if (spec.dialect === 'ai-sdk') {
     .map((l) => JSON.parse(l.slice(5)));
   try {
     out.events = await lastValueFrom(from(events).pipe(verifyEvents(), toArray()));
+    const agent = new Replay(events);
+    await agent.runAgent({}, { onRunFailed({ error }) { out.errors.push(String(error.message)); } });
+    out.messages = agent.messages;
   } catch (err) { out.errors.push(String(err.message)); }
 }
 console.log(JSON.stringify(out));

@@ -29,6 +29,7 @@ from app.events import (
     TurnStart,
     encode_event,
 )
+from app.resume import lost_reply
 from providers.messages import (
     AssistantMessage,
     TextContent,
@@ -74,28 +75,42 @@ def reply(content: list[Any], stop: str = "stop") -> AssistantMessage:
     return AssistantMessage(content=content, stop_reason=stop)  # type: ignore[arg-type]
 
 
-CRASHED = log(
-    RunCreated(model="fake:test"), AgentStart(model="fake:test", tools=["weather"]),
-    TurnStart(turn=1), MessageStart(message=reply([])), text("Let me "),
-    call_delta("toolcall_start"), call_delta("toolcall_delta", '{"ci'),
-    RunResumed(worker="w2", attempt=2),
-    TurnStart(turn=1), MessageStart(message=reply([])), text("Let me check."),
-    call_delta("toolcall_start", call_id="c2"),
-    call_delta("toolcall_delta", '{"city": "Oslo"}', "c2"),
-    call_delta("toolcall_end", '{"city": "Oslo"}', "c2"),
-    MessageEnd(message=reply([TextContent(text="Let me check."),
+def crashed(resumed_text: str) -> list[dict[str, Any]]:
+    """A worker lost mid-reply, as the runner logs it (``app.resume``): the cut-off reply's
+    ``message_end`` says so, ``run_resumed``, and the resumed attempt makes the same turn's
+    model call again, here streaming ``resumed_text`` and another call."""
+    return log(*_lost_start(), *_resumed(resumed_text))
+
+
+def _lost_start() -> list[Event]:
+    return [RunCreated(model="fake:test"), AgentStart(model="fake:test", tools=["weather"]),
+            TurnStart(turn=1), MessageStart(message=reply([])), text("Let me "),
+            call_delta("toolcall_start"), call_delta("toolcall_delta", '{"ci'),
+            MessageEnd(message=lost_reply()), RunResumed(worker="w2", attempt=2)]
+
+
+def _resumed(resumed_text: str) -> list[Event]:
+    return [
+        MessageStart(message=reply([])), text(resumed_text[:4]), text(resumed_text[4:]),
+        call_delta("toolcall_start", call_id="c2"),
+        call_delta("toolcall_delta", '{"city": "Oslo"}', "c2"),
+        call_delta("toolcall_end", '{"city": "Oslo"}', "c2"),
+        MessageEnd(message=reply([TextContent(text="Let me check."),
                               ToolCall(id="c2", name="weather", arguments={"city": "Oslo"})],
                              "tool_use")),
-    ToolExecutionStart(tool_call_id="c2", tool_name="weather", args={"city": "Oslo"}),
-    ToolExecutionEnd(tool_call_id="c2", tool_name="weather", is_error=False,
+        ToolExecutionStart(tool_call_id="c2", tool_name="weather", args={"city": "Oslo"}),
+        ToolExecutionEnd(tool_call_id="c2", tool_name="weather", is_error=False,
                      result={"content": [{"type": "text", "text": "snow"}], "details": None}),
-    TurnEnd(message=reply([]), tool_results=[]),
-    TurnStart(turn=2), MessageStart(message=UserMessage(content="in Celsius")),
-    MessageStart(message=reply([])), text("Snow, -3."), MessageEnd(message=reply([])),
-    TurnEnd(message=reply([]), tool_results=[]),
-    AgentEnd(stop_reason="stop", error=None, usage=Usage(), messages=[
+        TurnEnd(message=reply([]), tool_results=[]),
+        TurnStart(turn=2), MessageStart(message=UserMessage(content="in Celsius")),
+        MessageStart(message=reply([])), text("Snow, -3."), MessageEnd(message=reply([])),
+        TurnEnd(message=reply([]), tool_results=[]),
+        AgentEnd(stop_reason="stop", error=None, usage=Usage(), messages=[
         reply([TextContent(text="Snow, -3.")]),
-        ToolResultMessage(tool_call_id="c2", tool_name="weather", content=[])]))
+        ToolResultMessage(tool_call_id="c2", tool_name="weather", content=[])])]
+
+
+CRASHED = crashed("Let me check.")
 
 
 async def test_the_ai_sdk_reads_a_log_with_a_crash_and_a_steering_message() -> None:
@@ -105,13 +120,75 @@ async def test_the_ai_sdk_reads_a_log_with_a_crash_and_a_steering_message() -> N
     assert out["errors"] == []
     parts = out["message"]["parts"]
     kinds = [p["type"] for p in parts]
-    assert kinds == ["step-start", "text", "tool-weather", "step-start", "text", "tool-weather",
+    assert kinds == ["step-start", "text", "tool-weather", "tool-weather",
                      "step-start", "steering-message", "text"]
-    assert parts[1]["text"] == "Let me " and parts[1]["state"] == "done"  # closed at the crash
+    # the resumed attempt's text went on in the part the lost one had begun, once
+    assert parts[1]["text"] == "Let me check." and parts[1]["state"] == "done"
     assert parts[2]["state"] == "output-error"  # the call the crash cut off
-    assert parts[5]["state"] == "output-available" and parts[5]["input"] == {"city": "Oslo"}
-    assert parts[7]["parts"] == [{"type": "text", "text": "in Celsius"}]
+    assert parts[3]["state"] == "output-available" and parts[3]["input"] == {"city": "Oslo"}
+    assert parts[5]["parts"] == [{"type": "text", "text": "in Celsius"}]
     assert parts[-1]["text"] == "Snow, -3."
+
+
+async def test_a_steer_taken_at_the_takeover_does_not_split_the_reply() -> None:
+    steered = log(*_lost_start(), MessageStart(message=UserMessage(content="faster")),
+                  MessageEnd(message=UserMessage(content="faster")), *_resumed("Let me check."))
+    ai = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
+        UIMessageProjector(), steered)}, package="ai")
+    assert ai["errors"] == []
+    texts = [p["text"] for p in ai["message"]["parts"] if p["type"] == "text"]
+    assert texts == ["Let me check.", "Snow, -3."]
+    ag_ui = await run_node("replay_frames.mjs", {"dialect": "ag-ui", "body": body(
+        AgUiProjector("t1"), steered)}, package="@ag-ui/client")
+    assert ag_ui["errors"] == []
+    said = [m["content"] for m in ag_ui["messages"] if m["role"] == "assistant"]
+    assert said == ["Let me check.", "Snow, -3."]
+
+
+async def test_a_call_streamed_again_with_other_arguments() -> None:
+    """The same call id, other arguments: the AI SDK restarts the call's input; AG-UI cannot
+    and keeps what it showed, marking it superseded; one result either way."""
+    again = log(*_lost_start(), MessageStart(message=reply([])), text("Let me "),
+                call_delta("toolcall_start"), call_delta("toolcall_delta", '{"town": "Oslo"}'),
+                call_delta("toolcall_end", '{"town": "Oslo"}'),
+                MessageEnd(message=reply([], "tool_use")),
+                ToolExecutionStart(tool_call_id="c1", tool_name="weather", args={"town": "Oslo"}),
+                ToolExecutionEnd(tool_call_id="c1", tool_name="weather", is_error=False, result={
+                    "content": [{"type": "text", "text": "snow"}], "details": None}),
+                TurnEnd(message=reply([]), tool_results=[]),
+                AgentEnd(stop_reason="stop", error=None, usage=Usage(), messages=[]))
+    ai = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
+        UIMessageProjector(), again)}, package="ai")
+    assert ai["errors"] == []
+    tools = [p for p in ai["message"]["parts"] if p["type"] == "tool-weather"]
+    assert [(t["input"], t["state"]) for t in tools] == [({"town": "Oslo"}, "output-available")]
+    ag_ui = await run_node("replay_frames.mjs", {"dialect": "ag-ui", "body": body(
+        AgUiProjector("t1"), again)}, package="@ag-ui/client")
+    assert ag_ui["errors"] == []
+    superseded = [e["value"] for e in ag_ui["events"] if e.get("name") == "agentloop.superseded"]
+    assert [v["toolCallId"] for v in superseded] == ["c1"]
+    calls = [c for m in ag_ui["messages"] for c in m.get("toolCalls") or []]
+    assert [(c["id"], c["function"]["arguments"]) for c in calls] == [("c1", '{"ci')]
+    results = [m["content"] for m in ag_ui["messages"] if m["role"] == "tool"]
+    assert results == ["snow"]
+
+
+async def test_a_resumed_reply_that_says_something_else_supersedes_the_shown_text() -> None:
+    out = await run_node("replay_frames.mjs", {"dialect": "ai-sdk", "body": body(
+        UIMessageProjector(), crashed("Let us see."))}, package="ai")
+    assert out["errors"] == []
+    texts = [p for p in out["message"]["parts"] if p["type"] == "text"]
+    assert [(t["text"], t.get("providerMetadata")) for t in texts] == [
+        ("Let me ", {"agentloop": {"superseded": True}}), ("Let us see.", None),
+        ("Snow, -3.", None)]
+    ag_ui = await run_node("replay_frames.mjs", {"dialect": "ag-ui", "body": body(
+        AgUiProjector("t1"), crashed("Let us see."))}, package="@ag-ui/client")
+    assert ag_ui["errors"] == []
+    superseded = [e for e in ag_ui["events"] if e.get("name") == "agentloop.superseded"]
+    assert len(superseded) == 1
+    said = [m["content"] for m in ag_ui["messages"] if m["role"] == "assistant" and
+            m["id"] != superseded[0]["value"]["messageId"] and m.get("content")]
+    assert said == ["Let us see.", "Snow, -3."]
 
 
 async def test_ag_ui_verifies_a_log_with_a_crash_and_a_steering_message() -> None:
@@ -120,12 +197,18 @@ async def test_ag_ui_verifies_a_log_with_a_crash_and_a_steering_message() -> Non
                          package="@ag-ui/client")
     assert out["errors"] == []
     kinds = [e["type"] for e in out["events"]]
-    crash = kinds.index("TOOL_CALL_ARGS") + 1
-    assert kinds[crash:crash + 4] == ["TOOL_CALL_END", "TEXT_MESSAGE_END", "STEP_FINISHED",
-                                      "TOOL_CALL_RESULT"]
+    crash = kinds.index("TOOL_CALL_ARGS") + 1  # the resumed attempt goes on in the same message
+    assert kinds[crash:crash + 2] == ["TEXT_MESSAGE_CONTENT", "TOOL_CALL_START"]
+    assert out["events"][crash]["delta"] == "check."
     user = [e for e in out["events"] if e.get("role") == "user"]
     assert len(user) == 1 and kinds[-1] == "RUN_FINISHED"
     assert out["events"][-1]["result"] == "Snow, -3."
+    assert kinds.count("STEP_STARTED") == kinds.count("STEP_FINISHED") == 2
+    replies = [m for m in out["messages"] if m["role"] == "assistant"]
+    assert [m["content"] for m in replies] == ["Let me check.", "Snow, -3."]
+    assert [c["id"] for c in replies[0]["toolCalls"]] == ["c1", "c2"]
+    results = {m["toolCallId"]: m["content"] for m in out["messages"] if m["role"] == "tool"}
+    assert results == {"c1": "the worker stopped before the call was complete", "c2": "snow"}
 
 
 async def test_a_reply_cut_off_mid_call_and_an_error_end_stay_well_formed() -> None:

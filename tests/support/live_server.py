@@ -30,7 +30,11 @@ def free_port() -> int:
 
 class LiveServer:
     def __init__(self, app: Any, *, startup_timeout: float = 10.0) -> None:
-        self.port = free_port()
+        # bound here and handed to uvicorn: a port found free and then released could be
+        # taken (by any process's outgoing connection) before uvicorn binds it
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 loop="none", http="httptools", lifespan="on",
                                 timeout_graceful_shutdown=2,
@@ -45,7 +49,7 @@ class LiveServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self.server.serve())
+        self.loop.run_until_complete(self.server.serve(sockets=[self._sock]))
         self.loop.close()
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -68,3 +72,4 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self._thread.join(timeout=10)
+        self._sock.close()
