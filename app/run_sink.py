@@ -10,9 +10,10 @@ Timeline (Redis down for a while)::
     loop ─ emit emit emit ─────────── emit emit ───────── (never blocks)
     writer ─ write ✗ ─ sleep ─ write ✗ ─ sleep ─ write ✓ (same batch, same token) ─ next batch
 
-``flush_interval``: while a run streams fast its writes are spaced at least this far apart, so
-events accumulate into fewer, larger batches (one store round trip and one subscriber wake-up
-each); the first event after a quiet spell is written at once::
+``flush_interval``: while a run streams fast the writer task's writes are spaced at least this
+far apart, so events accumulate into fewer, larger batches (one store round trip and one
+subscriber wake-up each); the first event after a quiet spell is written at once, and so is
+everything when the run closes or is fenced out::
 
     emit ─┬─ emit emit emit emit ─┬─ emit emit ─────────── emit
     write ┴(at once)   ≥interval ─┴ write (4 events) ───── write (at once: quiet before)
@@ -34,6 +35,7 @@ it and the store takes no event after it (``RunEnded``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -71,6 +73,8 @@ class EventSink:
         self._acks: list[tuple[QueueKind, str]] = []
         self._fields: dict[str, Any] = {}
         self._wake = asyncio.Event()
+        self._hurry = asyncio.Event()
+        """Set by ``close`` and ``fenced_out``: the writer waits out no flush interval."""
         self._closing = False
         self._fenced = False
         self._batches = 0
@@ -113,6 +117,7 @@ class EventSink:
         """Another call learnt the run was taken over: stop writing (the runner then stops
         the loop)."""
         self._fenced = True
+        self._hurry.set()
         self._wake.set()
 
     async def close(self, **final: Any) -> None:
@@ -120,6 +125,7 @@ class EventSink:
         Raises ``FencedOut`` if the run was taken over."""
         self._fields.update(final)
         self._closing = True
+        self._hurry.set()
         self._wake.set()
         await self.task
 
@@ -159,8 +165,17 @@ class EventSink:
         self._wake.set()
 
     async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_write = -float("inf")
         while True:
             await self._wake.wait()
+            gap = self.flush_interval - (loop.time() - last_write)
+            if gap > 0 and not self._hurry.is_set():
+                # streaming fast: let this batch gather more events (close and fencing cut
+                # the wait short)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(gap):
+                        await self._hurry.wait()
             self._wake.clear()
             if self._failed is not None:
                 raise self._failed
@@ -173,6 +188,7 @@ class EventSink:
                 continue  # agent_end waits for close(): the run's final fields go with it
             if self._buf or self._acks or self._fields:
                 await self._write_alone(self._take_batch())
+                last_write = loop.time()
             if self._closing and not (self._buf or self._acks or self._fields):
                 return
 
