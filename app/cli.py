@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from app.config import Settings, load_settings
+from app.draining import DrainingServer
 from app.logs import setup_logging
 from app.main import create_app
 from app.services import check_tool_modules, open_services
@@ -77,7 +78,7 @@ def serve(settings: Settings, *, host: str | None, port: int | None, worker: boo
                             loop="uvloop", http="httptools", log_config=None,
                             proxy_headers=True, timeout_graceful_shutdown=30)
     tune_gc()
-    uvicorn.Server(config).run()
+    DrainingServer(config).run()
 
 
 async def _worker_main(settings: Settings) -> None:

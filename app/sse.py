@@ -45,6 +45,7 @@ from starlette.types import Receive, Scope, Send
 from app import metrics
 from app.backends.base import Backend, BackendError, StoredEvent
 from app.backends.live_feed import LiveFeeds
+from app.draining import draining
 from app.send_deadline import SendDeadline
 from app.sse_frames import PAGE, PING, chunk, run_ended
 from app.sse_tap import tapped_frames
@@ -133,6 +134,7 @@ class EventStreamResponse(EventSourceResponse):
             await super().__call__(scope, receive, send)
             return
         gone = asyncio.Event()
+        stop = draining()  # the server is shutting down: end here (``app.draining``)
         watcher = asyncio.ensure_future(_watch_disconnect(receive, gone))
         deadline = SendDeadline(self.send_timeout)  # one timer per stream, not one per send
         try:
@@ -143,6 +145,8 @@ class EventStreamResponse(EventSourceResponse):
                     return
                 with deadline:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if stop.is_set():
+                    break
             if not gone.is_set():
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:

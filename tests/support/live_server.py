@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import uvicorn
 import uvloop
 
+from app.draining import DrainingServer
+
 T = TypeVar("T")
 
 
@@ -42,7 +44,7 @@ class LiveServer:
                                 # connection: uvicorn's 5 s close racing that reuse is a
                                 # ReadError that says nothing about the code under test
                                 timeout_keep_alive=120)
-        self.server = uvicorn.Server(config)
+        self.server = DrainingServer(config)  # as `agentloop serve` runs it
         self.loop = uvloop.new_event_loop()  # what `agentloop serve` runs on
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._startup_timeout = startup_timeout
