@@ -25,12 +25,13 @@ import redis
 NODE_TIMEOUT_MS = 1000
 
 
-def cluster_ports(count: int) -> list[int]:
-    """Free loopback ports whose cluster bus ports (port + 10000) are free too."""
+def cluster_ports(count: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    """Free loopback ports whose cluster bus ports (port + 10000) are free too, both below
+    Linux's ephemeral range (32768 up), so no client socket is given one meanwhile."""
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randrange(20000, 30000)
-        if port not in ports and _free(port) and _free(port + 10000):
+        port = random.randrange(20000, 22768)
+        if port not in ports and port not in avoid and _free(port) and _free(port + 10000):
             ports.append(port)
     return ports
 
@@ -60,14 +61,38 @@ class RedisCluster:
     def start(self) -> None:
         for port in self.ports:
             self._spawn(port)
-        for port in self.ports:
-            _wait_ping(port)
+        for i, port in enumerate(self.ports):
+            for _ in range(5):
+                if self._answers(port):
+                    break
+                # the port was taken between the check and the bind (another process on a
+                # shared machine): this node gets other ports
+                self.procs.pop(port).kill()
+                port = self.ports[i] = cluster_ports(1, avoid=tuple(self.ports))[0]
+                self._spawn(port)
+            else:
+                raise RuntimeError(f"cluster node {i} never came up")
         subprocess.run(["redis-cli", "--cluster", "create",
                         *(f"127.0.0.1:{p}" for p in self.ports),
                         "--cluster-replicas", "1", "--cluster-yes"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=60)
         self.wait_healthy()
+
+    def _answers(self, port: int, timeout: float = 30.0) -> bool:
+        """Whether the node on ``port`` answers PING (False once its process has exited:
+        it could not bind)."""
+        deadline = time.monotonic() + timeout
+        with _client(port) as c:
+            while time.monotonic() < deadline:
+                try:
+                    c.ping()
+                    return True
+                except redis.ConnectionError:
+                    if self.procs[port].poll() is not None:
+                        return False
+                    time.sleep(0.02)
+        return False
 
     def _spawn(self, port: int) -> None:
         node_dir = self.dir / str(port)
