@@ -11,10 +11,11 @@ attempt without progress. So that an innocent neighbour is not blamed twice, res
 a worker-wide ``ResumeGate`` before going live. A suspect (a resumed run with a death without
 progress on record) takes its first step alone among resumed runs: it waits for the first steps
 of resumed runs already live on the worker, and resumed runs claimed meanwhile wait for it. Its
-first step ends when its checkpoint grows, its loop ends or ``ALONE_FOR`` passes. Resumed runs
-that are not suspects go live at once unless a suspect is taking its first step (a lease lapsed
-under load must not queue them behind each other). Timeline (Y kills every worker, X is
-innocent)::
+first step ends when its checkpoint grows past a tool execution (a tool result or a final
+answer: a checkpointed pick is not enough, its tool may kill the worker), its loop ends or
+``ALONE_FOR`` passes. Resumed runs that are not suspects go live at once unless a suspect is
+taking its first step (a lease lapsed under load must not queue them behind each other).
+Timeline (Y kills every worker, X is innocent)::
 
     worker A ─ X, Y run ─ Y's tool: os._exit ──────────────── (both made progress: lost 0)
     worker B ─ X, Y live at once ─ os._exit                    (neither progressed: lost 1)
@@ -137,9 +138,11 @@ async def go_live(gate: ResumeGate, backend: Backend, claim: Claim, verdict: Ver
 
 
 async def release_after_first_step(sink: EventSink, loop_task: asyncio.Future[Any]) -> None:
-    """Return once the checkpoint grew, the loop ended or ``ALONE_FOR`` passed; the caller
+    """Return once the checkpoint grew past a tool execution (``EventSink.settled``: a
+    checkpointed pick is not enough, its tool may kill the process), the loop ended or
+    ``ALONE_FOR`` passed; the caller
     leaves the gate when this task is done (or cancelled)."""
-    progress = asyncio.ensure_future(sink.progressed.wait())
+    progress = asyncio.ensure_future(sink.settled.wait())
     try:
         async with asyncio.timeout(ALONE_FOR):
             await asyncio.wait({progress, loop_task}, return_when=asyncio.FIRST_COMPLETED)

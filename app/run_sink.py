@@ -82,6 +82,11 @@ class EventSink:
         self.written = 0
         self.progressed = asyncio.Event()
         """Set once a batch with checkpoint messages was written (``app.attempts``)."""
+        self.settled = asyncio.Event()
+        """Set once a checkpointed message past a tool execution was written: a tool result
+        or an assistant message that picks no tool (a checkpointed pick is progress, but the
+        tool it picks may still kill the process: ``app.attempts``' first step lasts past it)."""
+        self._settling: set[str] = set()
         self._now: Callable[[str, int | None, EventBatch], int] | None = (
             backend.append_now if _appends_now(backend) else None)
         self._soon: asyncio.Handle | None = None
@@ -202,16 +207,22 @@ class EventSink:
         fields, self._fields = self._fields, {}
         encoded: list[tuple[str, bytes]] = []
         checkpoint: list[bytes] = []
+        settles = False
         for event, t, keep in events:
             encoded.append((event.type, encode_event_body(event, run_id=self.run_id,
                                                           ts=self._ts(t))))
             if event.type == "message_end" and event.depth == 0 and keep:
                 checkpoint.append(json_bytes(event.message))
+                if _past_tools(event.message):
+                    settles = True
             elif event.type == "agent_end" and event.depth == 0:
                 fields = {**end_fields(event.stop_reason, event.error, t), **fields}
         self._batches += 1
+        token = f"{self.attempt}:{self._batches}"
+        if settles:
+            self._settling.add(token)
         return EventBatch(events=encoded, checkpoint=checkpoint, acks=acks,
-                          fields=fields or None, token=f"{self.attempt}:{self._batches}")
+                          fields=fields or None, token=token)
 
     async def _write_alone(self, batch: EventBatch) -> None:
         """``_write`` with in-place writes held off meanwhile (they would overtake it)."""
@@ -225,6 +236,9 @@ class EventSink:
         self.written += len(batch.events)
         if batch.checkpoint:
             self.progressed.set()
+        if batch.token in self._settling:
+            self._settling.discard(batch.token)
+            self.settled.set()
         metrics.EVENTS_WRITTEN.inc(len(batch.events))
 
     async def _write(self, batch: EventBatch) -> None:
@@ -246,6 +260,14 @@ class EventSink:
     @staticmethod
     def _ts(t: float) -> str:
         return rfc3339_ms(t)
+
+
+def _past_tools(message: Any) -> bool:
+    """A tool result, or an assistant message that picks no tool (nothing runs after it)."""
+    if message.role == "tool_result":
+        return True
+    return message.role == "assistant" and not any(
+        getattr(block, "type", None) == "tool_call" for block in message.content)
 
 
 def _appends_now(backend: Backend) -> TypeGuard[AppendsNow]:
