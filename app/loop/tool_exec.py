@@ -21,7 +21,7 @@ from tool_registry import ArgumentError, Menu, ToolContext, ToolResult
 from tool_registry.registry import AnyTool
 
 if TYPE_CHECKING:
-    from app.loop.agent import LoopConfig
+    from app.loop.config import LoopConfig
 
 log = logging.getLogger(__name__)
 
