@@ -4,16 +4,13 @@ a run's inputs, and waiting for a thread's next run (its ``e:<thread>`` notes)."
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
 
 from app.backends import redis_keys as keys
-from app.backends.base import BackendError
+from app.backends.redis_errors import guard
 from app.backends.redis_notify import Notifier
 from app.threads.ids import thread_of_run
 from app.threads.model import (
@@ -24,22 +21,6 @@ from app.threads.model import (
     thread_matches,
 )
 from app.threads.store import DEFAULT_THREAD_TTL
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Redis failures as ``BackendError``."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except (RedisError, OSError) as exc:
-            raise BackendError(f"redis: {exc}") from exc
-
-    return wrapper
 
 
 def _decode_thread(raw: dict[bytes, bytes], runs: list[bytes]) -> ThreadRecord | None:

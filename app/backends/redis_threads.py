@@ -15,9 +15,10 @@ from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
 from app.backends.redis_cluster import ClusterScripts, NodeClients
+from app.backends.redis_errors import guard
 from app.backends.redis_pipeline import ScriptPipeline
 from app.backends.redis_records import encode_record
-from app.backends.redis_thread_reads import RedisThreadReads, guard
+from app.backends.redis_thread_reads import RedisThreadReads
 from app.events import RunCreated, utc_now
 from app.threads.ids import new_thread_run_id
 from app.threads.model import (

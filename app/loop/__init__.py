@@ -2,7 +2,8 @@
 
 ``agent`` reads top to bottom (rounds, picks, queues, termination); ``config`` holds its
 settings and its result; ``streaming`` turns one model call into events; ``tool_exec`` runs one
-picked function; ``history`` repairs the conversation before every model call. The queue vocabulary it shares with the backends is ``app.queues``.
+picked function; ``history`` repairs the conversation before every model call. The queue
+vocabulary it shares with the backends is ``app.queues``.
 """
 
 from app.loop.agent import ABORTED_TOOL, AgentLoop, run_loop
