@@ -8,9 +8,7 @@ would print it in full in the access log; a bad token used to be a 500 with a tr
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from pathlib import Path
 
 import httpx
@@ -19,19 +17,8 @@ import pytest
 from app.auth import Authenticator
 from app.redact import redact
 from tests.support.live_server import free_port
+from tests.support.serve_process import start_serve, until_up
 from tests.support.sse_client import read_all
-
-
-async def _until_up(client: httpx.AsyncClient, proc: asyncio.subprocess.Process) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            assert proc.returncode is None, "agentloop serve exited"
-            try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
 
 
 async def _drive(client: httpx.AsyncClient) -> list[str]:
@@ -58,18 +45,16 @@ async def _drive(client: httpx.AsyncClient) -> list[str]:
 @pytest.mark.parametrize("fmt", ["json", "text"])
 async def test_no_token_in_the_access_log_or_any_other_line(fmt: str, tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
-    env.update(AGENTLOOP_API_KEYS="key-a:alpha", AGENTLOOP_LOG_FORMAT=fmt,
-               AGENTLOOP_LOG_LEVEL="INFO", AGENTLOOP_DEFAULT_MODEL="demo:echo",
-               AGENTLOOP_WORKSPACE_ROOT=str(tmp_path / "ws"))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--port", str(port), cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await start_serve(port, tmp_path, stdout=asyncio.subprocess.PIPE,
+                             stderr=asyncio.subprocess.PIPE, AGENTLOOP_API_KEYS="key-a:alpha",
+                             AGENTLOOP_LOG_FORMAT=fmt, AGENTLOOP_LOG_LEVEL="INFO",
+                             AGENTLOOP_DEFAULT_MODEL="demo:echo",
+                             AGENTLOOP_WORKSPACE_ROOT=str(tmp_path / "ws"))
     collected = asyncio.ensure_future(proc.communicate())
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10,
                                      headers={"Authorization": "Bearer key-a"}) as client:
-            await _until_up(client, proc)
+            await until_up(client, proc)
             tokens = await _drive(client)
     finally:
         if proc.returncode is None:

@@ -8,15 +8,14 @@ process exits well before that timeout, and a client resumes elsewhere with Last
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from tests.support.live_server import free_port
+from tests.support.serve_process import start_serve, until_up
 
 GRACEFUL = 30.0
 """``timeout_graceful_shutdown`` of ``agentloop serve``."""
@@ -25,24 +24,13 @@ GRACEFUL = 30.0
 async def test_sigterm_ends_open_event_streams_and_exits_before_the_graceful_timeout(
         tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
-    env.update(AGENTLOOP_DEFAULT_MODEL="demo:echo", AGENTLOOP_SSE_PING_SECONDS="0.5",
-               AGENTLOOP_WORKSPACE_ROOT=str(tmp_path / "ws"))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--port", str(port), cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    proc = await start_serve(port, tmp_path, AGENTLOOP_DEFAULT_MODEL="demo:echo",
+                             AGENTLOOP_SSE_PING_SECONDS="0.5",
+                             AGENTLOOP_WORKSPACE_ROOT=str(tmp_path / "ws"))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}",
                                      timeout=httpx.Timeout(60.0)) as client:
-            async with asyncio.timeout(60):
-                while True:
-                    assert proc.returncode is None, "agentloop serve exited"
-                    try:
-                        if (await client.get("/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(0.05)
+            await until_up(client, proc)
             thread = (await client.post("/threads", json={})).json()
             run = (await client.post(f"/threads/{thread['id']}/runs",
                                      json={"input": "hello"})).json()

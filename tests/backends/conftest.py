@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.backends import Backend, make_backend
+from app.backends.redis import RedisBackend
 from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]
@@ -20,6 +21,18 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     url = {"memory": None, "redis": "redis_url", "cluster": "cluster_url"}[request.param]
     b = make_backend(url and request.getfixturevalue(url), lease=LEASE, run_ttl=3600,
                      **({"cluster": True} if request.param == "cluster" else {}))
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+@pytest.fixture
+async def redis_backend(redis_url: str) -> AsyncIterator[RedisBackend]:
+    """One single-node Redis backend, for tests of Redis-only parts (notes, their reader)."""
+    b = make_backend(redis_url, lease=LEASE, run_ttl=3600)
+    assert isinstance(b, RedisBackend)
     await b.start()
     try:
         yield b

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
-from app.backends import make_backend
 from app.backends.redis import RedisBackend
 from app.backends.redis_notify import parse_note
 from tests.backends.helpers import batch, created_and_claimed
-
-
-@pytest.fixture
-async def redis_backend(redis_url: str) -> AsyncIterator[RedisBackend]:
-    b = make_backend(redis_url, lease=1.0, run_ttl=3600)
-    assert isinstance(b, RedisBackend)
-    await b.start()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 async def test_a_tail_that_keeps_up_reads_the_log_once(redis_backend: RedisBackend) -> None:

@@ -4,26 +4,12 @@ a lost connection handled as any outage (waiters woken to re-read, notes flowing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 from redis.asyncio import Redis
 
-from app.backends import make_backend
 from app.backends.redis import RedisBackend
 from app.backends.redis_notes_reader import command, lean_params
 from tests.backends.helpers import batch, created_and_claimed
-
-
-@pytest.fixture
-async def redis_backend(redis_url: str) -> AsyncIterator[RedisBackend]:
-    b = make_backend(redis_url, lease=1.0, run_ttl=3600)
-    assert isinstance(b, RedisBackend)
-    await b.start()
-    try:
-        yield b
-    finally:
-        await b.close()
 
 
 def test_commands_are_resp_arrays_and_tls_keeps_redis_py() -> None:
