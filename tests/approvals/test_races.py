@@ -34,30 +34,39 @@ async def _jittered(coro: Any) -> Any:
     return await coro
 
 
-async def _trial(api: Api, rival: str) -> bool:
+async def _race(api: Api, call_id: str, rival: str) -> tuple[bool, list[Any], Any]:
+    """Start a run, wait until it parks on ``call_id``, then send the answer and the ``rival``
+    (cancel or steer) at once: whether the answer won, the run's frames, its one ``agent_end``
+    (the last frame)."""
     run = await api.create(input="go", toolset="hitl_testing")
     await parked(api, run["id"])
     url = f"/runs/{run['id']}/{rival}"
     body = {"content": "changed my mind"} if rival == "steer" else None
     answer, other = await asyncio.gather(
-        _jittered(decide(api, run["id"], "c1")), _jittered(api.client.post(url, json=body)))
+        _jittered(decide(api, run["id"], call_id)), _jittered(api.client.post(url, json=body)))
     won = answer.status_code == 202
+    if not won:
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_waiting"
     late = other.status_code == 409 and other.json()["error"]["code"] == "run_ended"
     assert other.status_code == 202 or (won and late), other.text  # a steer after the end
     frames = await read_all(api.client, run["events_url"])
     ends = [f for f in frames if f.event == "agent_end" and f.data["depth"] == 0]
     assert len(ends) == 1 and frames[-1] is ends[0]
+    return won, frames, ends[0]
+
+
+async def _trial(api: Api, rival: str) -> bool:
+    won, frames, end = await _race(api, "c1", rival)
     decided = [f for f in frames if f.event == "approval_decided"]
     result = next(f.data for f in frames if f.event == "tool_execution_end")
     text = result["result"]["content"][0]["text"]
     if won:
-        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(ends[0])
+        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(end)
         assert text in ("deleted p", ABORTED)  # a cancel that came after may stop it
     else:
-        assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_waiting"
         assert decided == [] and text == (ABORTED if rival == "cancel" else SKIPPED)
         expected = "aborted" if rival == "cancel" else "stop"
-        assert ends[0].data["stop_reason"] == expected
+        assert end.data["stop_reason"] == expected
     return won
 
 
@@ -81,19 +90,8 @@ def nested_pick_then_answer(request: ModelRequest) -> Step:
 
 
 async def _nested_trial(api: Api, rival: str) -> bool:
-    run = await api.create(input="go", toolset="hitl_testing")
-    await parked(api, run["id"])
-    url = f"/runs/{run['id']}/{rival}"
-    body = {"content": "changed my mind"} if rival == "steer" else None
-    answer, other = await asyncio.gather(
-        _jittered(decide(api, run["id"], "n1")), _jittered(api.client.post(url, json=body)))
-    won = answer.status_code == 202
-    late = other.status_code == 409 and other.json()["error"]["code"] == "run_ended"
-    assert other.status_code == 202 or (won and late), other.text
-    frames = await read_all(api.client, run["events_url"])
+    won, frames, end = await _race(api, "n1", rival)
     assert [f.id for f in frames] == list(range(1, len(frames) + 1))
-    ends = [f for f in frames if f.event == "agent_end" and f.data["depth"] == 0]
-    assert len(ends) == 1 and frames[-1] is ends[0]
     results = {f.data["tool_call_id"]: f.data["result"]["content"][0]["text"]
                for f in frames if f.event == "tool_execution_end"}
     starts = [f.data["tool_call_id"] for f in frames if f.event == "tool_execution_start"]
@@ -101,10 +99,9 @@ async def _nested_trial(api: Api, rival: str) -> bool:
         (f.event, f.data.get("depth"), f.data.get("tool_call_id")) for f in frames]
     decided = [f for f in frames if f.event == "approval_decided"]
     if won:
-        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(ends[0])
+        assert len(decided) == 1 and frames.index(decided[0]) < frames.index(end)
         assert results["n1"] in ("deleted p", ABORTED)  # a cancel that came after may stop it
     else:
-        assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_waiting"
         skipped = ABORTED if rival == "cancel" else SKIPPED
         assert decided == [] and results == {"n1": skipped, "o1": skipped}
     return won
