@@ -17,7 +17,7 @@ has already counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +62,22 @@ class LogState:
 
 async def read_log_state(backend: Backend, run_id: str, page: int = 1000) -> LogState:
     """Scan the run's whole log, a page at a time (only when a run is resumed)."""
-    state, after = LogState(), 0
+    state = LogState()
+    async for event in stored_events(backend, run_id, page):
+        _fold(state, event)
+    return state
+
+
+async def stored_events(backend: Backend, run_id: str, page: int = 1000
+                        ) -> AsyncIterator[dict[str, Any]]:
+    """The run's whole log, oldest first, decoded, read a page at a time."""
+    after = 0
     while True:
         events = await backend.read_events(run_id, after, limit=page)
         for stored in events:
-            _fold(state, orjson.loads(stored.data))
+            yield orjson.loads(stored.data)
         if len(events) < page:
-            return state
+            return
         after = events[-1].seq
 
 

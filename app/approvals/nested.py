@@ -23,11 +23,9 @@ log (``close_under``) with the skip's result for their waiting picks and open ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from app.approvals.gate import ApprovalGate, WaitingCall
 from app.backends.base import Backend
@@ -41,7 +39,7 @@ from app.events import (
     TurnEnd,
 )
 from app.loop.resume_point import Resume
-from app.resume import closer, ended_fields, lost_reply
+from app.resume import closer, ended_fields, lost_reply, stored_events
 from providers.messages import (
     AssistantMessage,
     Message,
@@ -245,15 +243,4 @@ def _track_span(spans: list[dict[str, Any]], event: dict[str, Any]) -> None:
 async def read_replay(backend: Backend, run_id: str, waiting: list[WaitingCall],
                       page: int = 1000) -> Replay:
     """Scan the run's whole log (a woken run whose nested loops parked)."""
-    return scan([e async for e in _stored(backend, run_id, page)], waiting)
-
-
-async def _stored(backend: Backend, run_id: str, page: int) -> AsyncIterator[dict[str, Any]]:
-    after = 0
-    while True:
-        events = await backend.read_events(run_id, after, limit=page)
-        for stored in events:
-            yield orjson.loads(stored.data)
-        if len(events) < page:
-            return
-        after = events[-1].seq
+    return scan([e async for e in stored_events(backend, run_id, page)], waiting)
