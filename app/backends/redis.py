@@ -50,15 +50,19 @@ from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
 from app.backends.redis_dispatch import RedisDispatch
 from app.backends.redis_errors import guard
+from app.backends.redis_lean_scripts import LeanScripts
+from app.backends.redis_notes_reader import lean_params
 from app.backends.redis_notify import Notifier
 from app.backends.redis_notify_sharded import ShardedNotifier
 from app.backends.redis_parking import RedisParking
-from app.backends.redis_pipeline import ScriptPipeline
+from app.backends.redis_pipeline import ScriptCalls, ScriptPipeline
 from app.backends.redis_queues import RedisQueues
 from app.backends.redis_records import decode_record, encode_fields, encode_record
 from app.backends.redis_threads import RedisThreads
 from app.events import ServiceEvent
 
+LEAN_SCRIPTS = True
+"""Script calls through ``LeanScripts`` where the connection allows (tests compare both)."""
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -81,7 +85,7 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
         self.run_ttl = run_ttl
         self.client: Redis | RedisCluster
         self._nodes: NodeClients | None = None
-        self._pipeline: ScriptPipeline | ClusterScripts
+        self._pipeline: ScriptCalls
         self.notifier: Notifier
         if cluster:
             self.client = cluster_client(url, connect_timeout=connect_timeout,
@@ -99,7 +103,9 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
                 retry_on_error=[RedisConnectionError, RedisTimeoutError],
                 client_name=client_name)
             self.client = Redis(connection_pool=pool)
-            self._pipeline = ScriptPipeline(self.client)
+            lean = lean_params(self.client) if LEAN_SCRIPTS else None
+            self._pipeline = (ScriptPipeline(self.client) if lean is None
+                              else LeanScripts(self.client, lean, timeout=socket_timeout))
             self.notifier = Notifier(self.client, self.cancel_requested)
         self.feeds = self.notifier.feeds  # live SSE frames from the notes (app.sse_tap)
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (

@@ -8,7 +8,8 @@ the notifier there, with no listener task to wake per note and no message dict p
     connection lost ─▶ ``closed`` resolves ─▶ the notifier reconnects (as after any outage)
 
 Used for plain TCP and unix-socket URLs; TLS, credential providers and anything else
-``lean_params`` does not recognise keep redis-py's pub/sub (``redis_notify.Notifier``).
+``lean_params`` does not recognise keep redis-py's pub/sub (``redis_notify.Notifier``). The
+script calls take the same lean way (``redis_lean_scripts``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class LeanParams:
     username: str | None
     password: str | None
     connect_timeout: float
+    db: int = 0
 
 
 def lean_params(client: Redis) -> LeanParams | None:
@@ -45,10 +47,13 @@ def lean_params(client: Redis) -> LeanParams | None:
         return None
     if int(kw.get("protocol") or 2) != 2:
         return None  # RESP3 push frames differ; redis-py handles them
+    if kw.get("decode_responses"):
+        return None  # the lean paths hand on bytes, as the backend's client gives them
     return LeanParams(host=str(kw.get("host") or "localhost"), port=int(kw.get("port") or 6379),
                       path=kw.get("path") if cls is UnixDomainSocketConnection else None,
                       username=kw.get("username"), password=kw.get("password"),
-                      connect_timeout=float(kw.get("socket_connect_timeout") or 5.0))
+                      connect_timeout=float(kw.get("socket_connect_timeout") or 5.0),
+                      db=int(kw.get("db") or 0))
 
 
 def command(*args: str | bytes) -> bytes:

@@ -21,8 +21,7 @@ from app.events import ApprovalDecided, encode_event_body, utc_now
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
 
-    from app.backends.redis_cluster import ClusterScripts
-    from app.backends.redis_pipeline import ScriptPipeline
+    from app.backends.redis_pipeline import ScriptCalls
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -94,7 +93,7 @@ class RedisParking:
 
     if TYPE_CHECKING:
         client: Redis | RedisCluster
-        _pipeline: ScriptPipeline | ClusterScripts
+        _pipeline: ScriptCalls
 
         async def _drop_job(self, entry_id: bytes | str) -> None: ...
 

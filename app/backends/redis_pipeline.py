@@ -17,13 +17,24 @@ restarted and forgot its scripts) re-runs that call through the script object, w
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+
+
+class ScriptCalls(Protocol):
+    """What the backend runs its scripts through: ``ScriptPipeline``, ``redis_lean_scripts.
+    LeanScripts`` or ``redis_cluster.ClusterScripts``."""
+
+    async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        """``script``'s result (or its error) for ``keys``/``args``."""
+
+    async def close(self) -> None:
+        """Wait for (or fail) the calls under way."""
 
 
 class ScriptPipeline:

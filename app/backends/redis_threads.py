@@ -14,9 +14,9 @@ from typing import Any
 from app.backends import redis_keys as keys
 from app.backends import redis_thread_scripts as lua
 from app.backends.base import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
-from app.backends.redis_cluster import ClusterScripts, NodeClients
+from app.backends.redis_cluster import NodeClients
 from app.backends.redis_errors import guard
-from app.backends.redis_pipeline import ScriptPipeline
+from app.backends.redis_pipeline import ScriptCalls
 from app.backends.redis_records import encode_record
 from app.backends.redis_thread_reads import RedisThreadReads
 from app.events import RunCreated, utc_now
@@ -44,7 +44,7 @@ class RedisThreads(RedisThreadReads):
     """See the module docstring (and ``app.threads.store.ThreadStore``)."""
 
     run_ttl: float
-    _pipeline: ScriptPipeline | ClusterScripts
+    _pipeline: ScriptCalls
 
     _nodes: NodeClients | None
 

@@ -1,0 +1,180 @@
+"""Script calls on the lean connection (``redis_lean_scripts.LeanScripts``): one write per tick,
+each call its own result or error, and redis-py's failure behaviour (one retry, then its
+``ConnectionError``/``TimeoutError``) against a real redis-server and against servers that
+misbehave on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.backends.redis import RedisBackend
+from app.backends.redis_lean_scripts import LeanScripts, evalsha
+from app.backends.redis_notes_reader import LeanParams, lean_params
+
+ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return ARGV[1]"
+GET = "return redis.call('GET', KEYS[1])"
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    c = Redis.from_url(redis_url)
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+def _lean(client: Redis, timeout: float = 5.0) -> LeanScripts:
+    params = lean_params(client)
+    assert params is not None
+    return LeanScripts(client, params, timeout=timeout)
+
+
+def test_commands_are_written_as_redis_py_packs_them() -> None:
+    conn = Connection()
+    args = ["k1", b"k2", "x\u00e9", b"\x00\xff", 42, -7, 1.5, 0.1]
+    ours = evalsha("abc123", args[:2], args[2:])
+    theirs = b"".join(conn.pack_command("EVALSHA", "abc123", 2, *args))
+    assert ours == theirs
+    with pytest.raises(DataError):
+        evalsha("abc123", ["k"], [True])
+
+
+async def test_a_tick_is_one_write_and_errors_stay_with_their_call(client: Redis) -> None:
+    script = client.register_script(ECHO)
+    scripts = _lean(client)
+    await client.script_flush()  # the first calls meet NOSCRIPT: the script object loads it
+    before = (await client.info("commandstats")).get("cmdstat_evalsha", {"calls": 0})["calls"]
+    calls = [scripts.call(script, ["k"], [str(n)]) for n in range(20)]
+    calls.insert(5, scripts.call(script, ["k"], ["fail"]))
+    calls.insert(9, scripts.call(script, ["k"], [True]))  # cannot be sent: only it fails
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[5], ResponseError) and "FENCED" in str(results[5])
+    assert isinstance(results[9], DataError)
+    assert [r for i, r in enumerate(results) if i not in (5, 9)] == [
+        str(n).encode() for n in range(20)]
+    assert (await client.info("commandstats"))["cmdstat_evalsha"]["calls"] - before >= 21
+
+    writes = 0
+    conn = scripts._conn
+    assert conn is not None
+    real_send = conn.send
+
+    def counting_send(*args: Any) -> None:
+        nonlocal writes
+        writes += 1
+        real_send(*args)
+
+    conn.send = counting_send  # type: ignore[method-assign]
+    assert await asyncio.gather(*(scripts.call(script, ["k"], [str(n)]) for n in range(10))) \
+        == [str(n).encode() for n in range(10)]
+    assert writes == 1  # ten calls of one tick: one write, replies matched in order
+    await scripts.close()
+    with pytest.raises(RedisConnectionError):
+        await scripts.call(script, ["k"], ["late"])
+
+
+async def test_the_url_database_and_a_cancelled_caller(redis_server_url: str) -> None:
+    url = redis_server_url.rsplit("/", 1)[0] + "/5"
+    client = Redis.from_url(url)
+    try:
+        await client.set("lean:key", "in db 5")
+        params = lean_params(client)
+        assert params is not None and params.db == 5
+        scripts = LeanScripts(client, params, timeout=5.0)
+        script = client.register_script(GET)
+        echo = client.register_script(ECHO)
+        await scripts.call(echo, ["k"], ["warm"])
+        first = asyncio.ensure_future(scripts.call(echo, ["k"], ["a"]))
+        second = asyncio.ensure_future(scripts.call(script, ["lean:key"], []))
+        await asyncio.sleep(0)
+        first.cancel()  # its reply still comes and is dropped; the next reply is the GET's
+        assert await second == b"in db 5"
+        await scripts.close()
+    finally:
+        await client.delete("lean:key")
+        await client.aclose()
+
+
+async def test_a_killed_connection_is_replaced_without_the_caller_noticing(
+        client: Redis) -> None:
+    script = client.register_script(ECHO)
+    scripts = _lean(client)
+    assert await scripts.call(script, ["k"], ["one"]) == b"one"
+    conn = scripts._conn
+    assert conn is not None and conn.transport is not None
+    host, port = conn.transport.get_extra_info("sockname")[:2]
+    assert await client.client_kill(f"{host}:{port}")
+    results = await asyncio.gather(*(scripts.call(script, ["k"], [str(n)]) for n in range(5)))
+    assert results == [str(n).encode() for n in range(5)]
+    assert scripts._conn is not conn
+    await scripts.close()
+
+
+async def _server(handle: str) -> tuple[asyncio.Server, int, list[int]]:
+    """A loopback server that reads and never answers (``silent``) or closes at the first
+    command (``closing``); the list counts connections."""
+    opened: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        opened.append(1)
+        try:
+            if handle == "closing":
+                await reader.read(1)
+                writer.close()
+                return
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], opened
+
+
+@pytest.mark.parametrize("handle", ["silent", "closing"])
+async def test_a_server_that_never_answers_fails_the_call_after_one_retry(
+        client: Redis, handle: str) -> None:
+    server, port, opened = await _server(handle)
+    params = LeanParams(host="127.0.0.1", port=port, path=None, username=None, password=None,
+                        connect_timeout=1.0)
+    scripts = LeanScripts(client, params, timeout=0.3)
+    script = client.register_script(ECHO)
+    started = time.monotonic()
+    with pytest.raises(RedisTimeoutError if handle == "silent" else RedisConnectionError):
+        async with asyncio.timeout(30):
+            await scripts.call(script, ["k"], ["x"])
+    took = time.monotonic() - started
+    assert len(opened) == 2  # sent once more on a new connection, as redis-py retries once
+    if handle == "silent":
+        assert took >= 0.6  # two full reply timeouts, not a hang and not at once
+    await scripts.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_nothing_listening_is_a_connection_error(client: Redis) -> None:
+    params = LeanParams(host="127.0.0.1", port=1, path=None, username=None, password=None,
+                        connect_timeout=1.0)
+    scripts = LeanScripts(client, params, timeout=1.0)
+    with pytest.raises(RedisConnectionError):
+        async with asyncio.timeout(30):
+            await scripts.call(client.register_script(ECHO), ["k"], ["x"])
+    await scripts.close()
+
+
+async def test_the_backend_takes_the_lean_path_on_a_plain_url(
+        redis_backend: RedisBackend) -> None:
+    assert isinstance(redis_backend._pipeline, LeanScripts)
