@@ -1,0 +1,139 @@
+"""Where a new browser's first event waits: the production-path load (C runs at once, each on
+a new connection, the paced https fake model) with each run's first-event time cut in phases::
+
+    t0 ── connect ── POST /runs ── 201 ── GET events ── headers ── first event
+          connect     create                 headers                first
+
+Per phase p50/p99 in ms over every run, and the server's CPU utilisation over the load: a
+phase that is long while the server is far from busy is waiting on something other than the
+CPU (the accept queue, a poll, a timer)::
+
+    .venv/bin/python bench/first_event.py [--system agentloop|agentloop-redis] [--runs 200]
+        [--concurrency 50] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._client import Connection
+from bench._live import FRAME_MS
+from bench._procs import OUT, Proc, start_fake
+from bench._stats import load_avg, ms
+from bench._systems import start_agentloop
+from bench._tls import make_tls
+from bench._workload import RUN_BODY, create_run, events_path
+
+PHASES = ("connect", "create", "headers", "first")
+
+
+@dataclass
+class _Phases:
+    times: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    totals: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+async def _one(port: int, out: _Phases) -> None:
+    conn = Connection("127.0.0.1", port)
+    try:
+        t0 = time.monotonic()
+        await conn._open()
+        t1 = time.monotonic()
+        run = await create_run(conn, RUN_BODY)
+        t2 = time.monotonic()
+        t3 = first = None
+        async for data, at in _stream(conn, events_path(str(run["events_url"]))):
+            if t3 is None:
+                t3 = at
+            if first is None and b"\n\n" in data and b"event: " in data:
+                first = at
+            if b"event: agent_end" in data:
+                break
+        if t3 is None or first is None:
+            out.errors.append("no event")
+            return
+        for name, span in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, first - t3), strict=True):
+            out.times[name].append(span)
+        out.totals.append(first - t0)
+    except Exception as exc:
+        out.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+    finally:
+        conn.close()
+
+
+async def _stream(conn: Connection, path: str) -> Any:
+    """The GET's bytes with arrival times; the first item is the headers' arrival."""
+    status, _ = await conn._send("GET", path, None, {"accept": "text/event-stream"})
+    yield b"", time.monotonic()
+    if status >= 300:
+        return
+    reader = conn._r
+    assert reader is not None
+    while data := await reader.read(1 << 16):
+        yield data, time.monotonic()
+        if data.endswith(b"0\r\n\r\n"):
+            break
+
+
+async def _load(port: int, runs: int, concurrency: int) -> _Phases:
+    out, todo = _Phases(), iter(range(runs))
+
+    async def worker() -> None:
+        for _ in todo:
+            async with asyncio.timeout(60):
+                await _one(port, out)
+
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(concurrency):
+            tg.create_task(worker())
+    return out
+
+
+def _round(system: str, fake: Proc, runs: int, concurrency: int) -> dict[str, Any]:
+    server = start_agentloop(fake, redis=system == "agentloop-redis", name=f"{system}-first")
+    try:
+        asyncio.run(_load(server.port, 20, 10))  # warm-up
+        cpu0, t0 = server.cpu_s(), time.monotonic()
+        phases = asyncio.run(_load(server.port, runs, concurrency))
+        util = (server.cpu_s() - cpu0) / (time.monotonic() - t0)
+    finally:
+        server.stop()
+    return {"system": system, "load_avg": load_avg(), "server_util": round(util, 3),
+            "errors": sorted(set(phases.errors))[:3], "first_event_ms": ms(phases.totals),
+            **{f"{p}_ms": ms(v) for p, v in phases.times.items()}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--system", default="agentloop")
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    fake = start_fake(FRAME_MS, name="fake_llm_first", tls=make_tls(OUT / "tls"))
+    try:
+        rounds = [_round(args.system, fake, args.runs, args.concurrency)
+                  for _ in range(args.rounds)]
+    finally:
+        fake.stop()
+    for r in rounds:
+        print(json.dumps(r))
+    summary = {f"{k}_p50_median": statistics.median(r[k]["p50"] for r in rounds)
+               for k in ("first_event_ms", *(f"{p}_ms" for p in PHASES))}
+    print(json.dumps(summary | {"util_median": statistics.median(r["server_util"]
+                                                                 for r in rounds)}))
+
+
+if __name__ == "__main__":
+    main()
