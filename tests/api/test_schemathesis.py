@@ -34,7 +34,12 @@ CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_con
 
 
 REACHABLE = {("post", "/runs"), ("get", "/runs"), ("get", "/tools"), ("get", "/healthz")}
-"""Operations some generated request succeeds on (the others name runs that do not exist)."""
+"""Operations a request can succeed on (the others name runs that do not exist): besides the
+generated cases, each gets one valid request of its own, so a 2xx response is checked against
+the schema on every run (15 random cases of ``POST /runs`` were all refused in one run of
+about fifty: unknown models and tools, missing keys), and some generated case must get past
+auth."""
+VALID_BODIES = {("post", "/runs"): {"input": "What is 6 times 7?"}}
 
 
 @pytest.fixture(scope="module")
@@ -70,5 +75,11 @@ def test_every_response_conforms_to_the_schema(served_schema: schemathesis.BaseS
 
     statuses: list[int] = []
     conforms()
-    if (method, path) in REACHABLE:  # the key was sent: the fuzzer got past auth
-        assert any(200 <= status < 300 for status in statuses), statuses
+    if (method, path) in REACHABLE:
+        assert any(s != 401 for s in statuses), statuses  # the fuzzer got past auth
+        body = VALID_BODIES.get((method, path))
+        case = (operation.Case(headers={"Authorization": f"Bearer {KEY}"}) if body is None
+                else operation.Case(headers={"Authorization": f"Bearer {KEY}"}, body=body,
+                                    media_type="application/json"))
+        response = case.call_and_validate(checks=CHECKS, timeout=30)
+        assert 200 <= response.status_code < 300, (response.status_code, response.text)
