@@ -36,7 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis_notes_reader import LeanParams, command
+from app.backends.redis_notes_reader import LeanParams, authenticate, command
 
 RETRY_AFTER = 0.02
 """Seconds before calls a lost connection failed are sent again (redis-py's backoff base)."""
@@ -200,11 +200,7 @@ class LeanScripts:
                 else:
                     _, conn = await loop.create_connection(lambda: _Connection(self),
                                                            params.host, params.port)
-                if params.password is not None:
-                    if params.username:
-                        await conn.call("AUTH", params.username, params.password)
-                    else:
-                        await conn.call("AUTH", params.password)
+                await authenticate(conn.call, params)
                 if params.db:
                     await conn.call("SELECT", str(params.db))
             ok = True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +115,17 @@ class NotesConnection(asyncio.Protocol):
             self._transport.close()
 
 
+async def authenticate(call: Callable[..., Awaitable[Any]], params: LeanParams) -> None:
+    """``AUTH`` on a new connection when ``params`` hold a password (``call`` sends one
+    command and returns its reply)."""
+    if params.password is None:
+        return
+    if params.username:
+        await call("AUTH", params.username, params.password)
+    else:
+        await call("AUTH", params.password)
+
+
 async def open_notes(params: LeanParams, channel: str,
                      on_note: Callable[[bytes], None]) -> NotesConnection:
     """A connection subscribed to ``channel`` (confirmed); raises ``OSError``,
@@ -128,11 +139,7 @@ async def open_notes(params: LeanParams, channel: str,
             _, conn = await loop.create_connection(lambda: NotesConnection(on_note),
                                                    params.host, params.port)
         try:
-            if params.password is not None:
-                if params.username:
-                    await conn.call("AUTH", params.username, params.password)
-                else:
-                    await conn.call("AUTH", params.password)
+            await authenticate(conn.call, params)
             await conn.call("SUBSCRIBE", channel)
         except BaseException:
             conn.close()

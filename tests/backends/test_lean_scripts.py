@@ -178,3 +178,24 @@ async def test_nothing_listening_is_a_connection_error(client: Redis) -> None:
 async def test_the_backend_takes_the_lean_path_on_a_plain_url(
         redis_backend: RedisBackend) -> None:
     assert isinstance(redis_backend._pipeline, LeanScripts)
+
+
+async def test_a_user_and_password_in_the_url_authenticate(client: Redis,
+                                                           redis_url: str) -> None:
+    await client.acl_setuser("lean-user", enabled=True, passwords=["+s3cret"], keys=["*"],
+                             channels=["*"], commands=["+@all"])
+    host_part = redis_url.split("://", 1)[1]
+    try:
+        for password, ok in (("s3cret", True), ("wrong", False)):
+            user = Redis.from_url(f"redis://lean-user:{password}@{host_part}")
+            scripts = _lean(user)
+            script = user.register_script(ECHO)
+            if ok:
+                assert await scripts.call(script, ["k"], ["in"]) == b"in"
+            else:
+                with pytest.raises(RedisConnectionError):  # AuthenticationError is one
+                    await scripts.call(script, ["k"], ["in"])
+            await scripts.close()
+            await user.aclose()
+    finally:
+        await client.acl_deluser("lean-user")
