@@ -37,7 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends.redis_pipeline import ScriptPipeline
+from app.backends.redis_pipeline import ScriptPipeline, settle
 
 WAIT_MS = 500
 """How long a write waits for one replica's acknowledgement (``WAIT 1 500``)."""
@@ -215,15 +215,11 @@ class DurablePipeline(ScriptPipeline):
 
     async def _direct(self, script: AsyncScript, keys: list[Any], args: list[Any],
                       future: asyncio.Future[Any]) -> None:
-        try:
+        async def load_and_call() -> Any:
             await self._client.script_load(script.script)
-            result = await self.call(script, keys, args)
-        except Exception as exc:
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if not future.done():
-            future.set_result(result)
+            return await self.call(script, keys, args)
+
+        await settle(future, load_and_call())
 
 
 class ClusterScripts:

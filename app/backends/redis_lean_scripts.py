@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from redis.exceptions import DataError, InvalidResponse, NoScriptError, Response
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.backends.redis_notes_reader import LeanParams, authenticate, command
+from app.backends.redis_pipeline import settle
 
 RETRY_AFTER = 0.02
 """Seconds before calls a lost connection failed are sent again (redis-py's backoff base)."""
@@ -111,7 +113,7 @@ class _Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
 
-    def send(self, payload: bytes, waiting: list[_Call | asyncio.Future[Any]], now: float
+    def send(self, payload: bytes, waiting: Sequence[_Call | asyncio.Future[Any]], now: float
              ) -> None:
         assert self.transport is not None
         self.sent.extend((now, w) for w in waiting)
@@ -172,18 +174,17 @@ class LeanScripts:
             if self._connecting is None:
                 self._connecting = asyncio.create_task(self._connect())
             return
-        try:
-            payload = b"".join([evalsha(c.script.sha, c.keys, c.args) for c in calls])
-        except DataError:  # one call's arguments cannot be sent: only that call fails
-            for c in calls:
-                try:
-                    evalsha(c.script.sha, c.keys, c.args)
-                except DataError as exc:
-                    c.future.set_exception(exc)
-            self._send([c for c in calls if not c.future.done()])
+        commands, sending = [], []
+        for c in calls:
+            try:
+                commands.append(evalsha(c.script.sha, c.keys, c.args))
+                sending.append(c)
+            except DataError as exc:  # this call's arguments cannot be sent: only it fails
+                c.future.set_exception(exc)
+        if not sending:
             return
         loop = asyncio.get_running_loop()
-        conn.send(payload, list(calls), loop.time())
+        conn.send(b"".join(commands), sending, loop.time())
         if self._timer is None:
             self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
 
@@ -234,7 +235,9 @@ class LeanScripts:
         if future.done():
             return
         if isinstance(reply, NoScriptError):
-            task = asyncio.ensure_future(self._direct(waiting, future))
+            # through the script object, which loads the script Redis lacked
+            task = asyncio.ensure_future(settle(future, waiting.script(
+                keys=waiting.keys, args=waiting.args)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif isinstance(reply, Exception):
@@ -283,17 +286,6 @@ class LeanScripts:
             self.broken(conn, RedisTimeoutError("Timeout reading from Redis"))
             return
         self._timer = loop.call_at(oldest + self._timeout, self._check_replies)
-
-    async def _direct(self, call: _Call, future: asyncio.Future[Any]) -> None:
-        """``call`` through its script object (which loads the script Redis lacked)."""
-        try:
-            result = await call.script(keys=call.keys, args=call.args)
-        except Exception as exc:
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if not future.done():
-            future.set_result(result)
 
     async def close(self) -> None:
         """Fail what is still waiting, close the connection, wait for reloads under way."""

@@ -17,6 +17,7 @@ restarted and forgot its scripts) re-runs that call through the script object, w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -24,6 +25,18 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+
+
+async def settle(future: asyncio.Future[Any], work: Awaitable[Any]) -> None:
+    """``future`` gets ``work``'s result or error, unless a caller settled it meanwhile."""
+    try:
+        result = await work
+    except Exception as exc:
+        if not future.done():
+            future.set_exception(exc)
+        return
+    if not future.done():
+        future.set_result(result)
 
 
 class ScriptCalls(Protocol):
@@ -101,14 +114,7 @@ class ScriptPipeline:
 
     async def _direct(self, script: AsyncScript, keys: list[Any], args: list[Any],
                       future: asyncio.Future[Any]) -> None:
-        try:
-            result = await script(keys=keys, args=args)
-        except Exception as exc:
-            if not future.done():
-                future.set_exception(exc)
-            return
-        if not future.done():
-            future.set_result(result)
+        await settle(future, script(keys=keys, args=args))
 
     async def close(self) -> None:
         """Wait for flushes under way."""

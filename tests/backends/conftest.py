@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.asyncio import Redis
 
 from app.backends import Backend, make_backend
 from app.backends.redis import RedisBackend
@@ -38,3 +39,13 @@ async def redis_backend(redis_url: str) -> AsyncIterator[RedisBackend]:
         yield b
     finally:
         await b.close()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    """A plain redis-py client of the session's (flushed) Redis."""
+    client = Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,12 +25,8 @@ GET = "return redis.call('GET', KEYS[1])"
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    c = Redis.from_url(redis_url)
-    try:
-        yield c
-    finally:
-        await c.aclose()
+def client(redis_client: Redis) -> Redis:
+    return redis_client
 
 
 def _lean(client: Redis, timeout: float = 5.0) -> LeanScripts:

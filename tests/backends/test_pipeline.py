@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -15,12 +14,8 @@ ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return 
 
 
 @pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[Redis]:
-    c = Redis.from_url(redis_url)
-    try:
-        yield c
-    finally:
-        await c.aclose()
+def client(redis_client: Redis) -> Redis:
+    return redis_client
 
 
 async def test_one_round_trip_for_a_tick_and_errors_stay_with_their_call(client: Redis) -> None:
