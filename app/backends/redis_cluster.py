@@ -37,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.redis_cluster_connection import use_cluster_connections
 from app.backends.redis_pipeline import ScriptPipeline, settle
 
 WAIT_MS = 500
@@ -68,14 +69,17 @@ def seed_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
 
 def cluster_client(url: str, *, connect_timeout: float, socket_timeout: float,
                    max_connections: int, client_name: str | None) -> RedisCluster:
-    """The cluster client: slot map from the seeds, retried once on connection errors."""
+    """The cluster client: slot map from the seeds, retried once on connection errors
+    (including a connection another task closed mid-command: see redis_cluster_connection)."""
     nodes, options = seed_nodes(url)
-    return RedisCluster(
+    client = RedisCluster(
         startup_nodes=nodes, max_connections=max_connections, require_full_coverage=False,
         socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
         retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
         retry_on_error=[RedisConnectionError, RedisTimeoutError], client_name=client_name,
         **options)
+    use_cluster_connections(client)
+    return client
 
 
 class NodeClients:

@@ -1,0 +1,67 @@
+"""A cluster node connection closed by another task mid-command is a connection error, and the
+cluster client retries it: redis-py closes every node's connections, in-use ones included,
+when one command meets ``CLUSTERDOWN`` during a failover, and a request for a run on a healthy
+master then answered 500 (``'NoneType' object has no attribute 'writelines'``)."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app.backends.redis_cluster import cluster_client
+from app.backends.redis_cluster_connection import ClusterConnection, ClusterSSLConnection
+
+STEPS = range(6)
+"""Loop turns the sender waits before sending, so that it meets the close at every point."""
+
+
+async def send_while_closing(conn: ClusterConnection, steps: int) -> str:
+    """Send PING ``steps`` loop turns after another task starts closing ``conn``."""
+    await conn.connect()
+
+    async def send() -> str:
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        try:
+            await conn.send_command("PING")
+        except RedisConnectionError:
+            return "connection error"
+        return "sent"
+
+    sender = asyncio.create_task(send())
+    await conn.disconnect()
+    return await sender
+
+
+async def test_a_send_on_a_connection_another_task_closed_is_a_connection_error(
+        redis_url: str) -> None:
+    url = urlsplit(redis_url)
+    outcomes = set()
+    for steps in STEPS:
+        conn = ClusterConnection(host=url.hostname or "127.0.0.1", port=url.port or 6379,
+                                 socket_timeout=2.0)
+        outcomes.add(await send_while_closing(conn, steps))
+        await conn.disconnect()
+    # Any other exception fails the test; the close was met at least once (not only after it).
+    assert "connection error" in outcomes
+
+
+def test_tls_keeps_the_ssl_connection() -> None:
+    assert issubclass(ClusterSSLConnection, ClusterConnection)
+    assert ClusterSSLConnection.__mro__.index(ClusterConnection) < 2
+
+
+async def test_every_node_of_the_cluster_client_uses_them(cluster_url: str) -> None:
+    client = cluster_client(cluster_url, connect_timeout=2.0, socket_timeout=2.0,
+                            max_connections=8, client_name=None)
+    try:
+        for key in ("a", "b", "c", "d"):  # spread over the masters
+            await client.set(key, key)
+            assert await client.get(key) == key.encode()
+        nodes = client.get_nodes()
+        assert len(nodes) >= 3
+        assert all(issubclass(n.connection_class, ClusterConnection) for n in nodes)
+    finally:
+        await client.aclose()
