@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 NODE_TIMEOUT_MS = 1000
 
@@ -167,11 +168,36 @@ class RedisCluster:
 
 def _replication_settled(c: redis.Redis) -> bool:
     """A replica's link is up; a master has its replica online (a replica still syncing
-    could be promoted without the data a test is about to write)."""
+    could be promoted without the data a test is about to write) and acknowledging: a write
+    to one of its slots is confirmed by every replica within 2 s. (Both links can read as
+    settled while the replica's first acknowledgement after a resync is still seconds away;
+    the backend's ``WAIT 1 500`` then failed a test's first writes with ``ReplicaLag``.)"""
     role = c.execute_command("ROLE")
     if role[0] == b"slave":
         return bool(role[3] == b"connected")
-    return bool(role[2])
+    if not role[2]:
+        return False
+    key = _key_served_by(c)
+    if key is None:
+        return True  # no slots: nothing to write
+    c.set(key, b"1")
+    c.delete(key)
+    return int(c.execute_command("WAIT", len(role[2]), 2000)) >= len(role[2])
+
+
+def _key_served_by(c: redis.Redis) -> bytes | None:
+    """A key in a slot the master ``c`` serves (None when it serves none)."""
+    port = c.connection_pool.connection_kwargs["port"]
+    ranges = [(int(r[0]), int(r[1])) for r in c.execute_command("CLUSTER", "SLOTS")
+              if int(r[2][1]) == port]
+    if not ranges:
+        return None
+    for n in range(100_000):
+        key = b"agentloop-test:probe:%d" % n
+        slot = key_slot(key)
+        if any(lo <= slot <= hi for lo, hi in ranges):
+            return key
+    return None
 
 
 def _client(port: int) -> redis.Redis:
