@@ -21,7 +21,7 @@ from app.config import Settings
 from app.main import create_app
 from providers.catalog import parse_model
 from providers.fake import FakeProvider
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, client_limits
 from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]
@@ -90,7 +90,7 @@ async def serve(*, backend: Any = None, worker: bool = True, api_key: str | None
                      resolve_provider=fake_resolver(fake), worker=worker)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with LiveServer(wrap(app) if wrap else app) as server:
-        async with httpx.AsyncClient(base_url=server.url, headers=headers,
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, limits=client_limits(),
                                      timeout=httpx.Timeout(10.0)) as client:
             yield Api(server.url, client, fake, store, server, headers)
 

@@ -19,7 +19,7 @@ from app.backends.memory import MemoryBackend
 from app.main import create_app
 from providers.fake import FakeProvider
 from tests.api.conftest import Api, make_settings
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, client_limits
 from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]
@@ -34,7 +34,7 @@ async def serve_catalog(*, backend: Any = None, **overrides: Any) -> AsyncIterat
     store = backend if backend is not None else MemoryBackend(lease=5.0)
     app = create_app(make_settings(**overrides), backend=store)
     with LiveServer(app) as server:
-        async with httpx.AsyncClient(base_url=server.url,
+        async with httpx.AsyncClient(base_url=server.url, limits=client_limits(),
                                      timeout=httpx.Timeout(10.0)) as client:
             yield Api(server.url, client, FakeProvider(), store, server)
 

@@ -28,7 +28,7 @@ from providers.events import ProviderEvent
 from providers.fake import Step, text, tool_calls
 from providers.messages import ToolResultMessage, UserMessage
 from tests.api.conftest import make_settings
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, client_limits
 from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]
@@ -145,7 +145,7 @@ async def serve_threads(kind: str, redis: str | None = None, **overrides: Any
     app = create_app(make_settings(**overrides), backend=store,
                      resolve_provider=lambda spec: (provider, spec.split(":", 1)[-1]))
     with LiveServer(app) as server:
-        limits = httpx.Limits(max_connections=64, keepalive_expiry=1.0)
+        limits = client_limits(max_connections=64)
         async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(30.0),
                                      limits=limits) as client:
             yield ThreadApi(server.url, client, provider, store, server, kind)

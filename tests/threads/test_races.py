@@ -17,6 +17,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from tests.support.live_server import client_limits
 from tests.threads.conftest import ThreadApi
 
 TRIALS = 200
@@ -76,9 +77,7 @@ async def test_two_clients_post_to_one_thread_at_once(tapi: ThreadApi, policy: s
     tapi.provider.jitter = 0.02
     seen: Counter[str] = Counter()
     gate = asyncio.Semaphore(CONCURRENT)
-    # connections idle past uvicorn's 5 s keep-alive are not reused (a reuse racing the
-    # server's close is a ReadError that says nothing about threads)
-    limits = httpx.Limits(keepalive_expiry=1.0)
+    limits = client_limits()  # no client-side expiry: see client_limits
     async with httpx.AsyncClient(base_url=tapi.url, timeout=30, limits=limits) as a, \
             httpx.AsyncClient(base_url=tapi.url, timeout=30, limits=limits) as b:
 
