@@ -18,11 +18,13 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+
+P = TypeVar("P", bound=asyncio.Protocol)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,18 +128,22 @@ async def authenticate(call: Callable[..., Awaitable[Any]], params: LeanParams) 
         await call("AUTH", params.password)
 
 
+async def connect(params: LeanParams, protocol: Callable[[], P]) -> P:
+    """A new connection to ``params``' server (unix socket or TCP) speaking ``protocol``."""
+    loop = asyncio.get_running_loop()
+    if params.path is not None:
+        _, conn = await loop.create_unix_connection(protocol, params.path)
+    else:
+        _, conn = await loop.create_connection(protocol, params.host, params.port)
+    return conn
+
+
 async def open_notes(params: LeanParams, channel: str,
                      on_note: Callable[[bytes], None]) -> NotesConnection:
     """A connection subscribed to ``channel`` (confirmed); raises ``OSError``,
     ``ConnectionError`` or ``TimeoutError``."""
-    loop = asyncio.get_running_loop()
     async with asyncio.timeout(params.connect_timeout):
-        if params.path is not None:
-            _, conn = await loop.create_unix_connection(lambda: NotesConnection(on_note),
-                                                        params.path)
-        else:
-            _, conn = await loop.create_connection(lambda: NotesConnection(on_note),
-                                                   params.host, params.port)
+        conn = await connect(params, lambda: NotesConnection(on_note))
         try:
             await authenticate(conn.call, params)
             await conn.call("SUBSCRIBE", channel)
