@@ -129,10 +129,12 @@ class Connection:
 
     async def raw_events(self, path: str) -> AsyncIterator[tuple[bytes, float]]:
         """``GET path``'s body as it arrives, undecoded (chunk-size lines left in: each chunk
-        holds whole SSE frames), with arrival times; for readers that scan bytes only."""
+        holds whole SSE frames), with arrival times; for readers that scan bytes only. The
+        first item is ``b""`` at the headers' arrival."""
         status, _ = await self._send("GET", path, None, {"accept": "text/event-stream"})
         if status >= 300:
             raise HTTPError(f"GET {path}: {status}")
+        yield b"", time.monotonic()
         reader = self._r
         assert reader is not None
         while data := await reader.read(1 << 16):

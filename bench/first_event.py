@@ -53,7 +53,7 @@ async def _one(port: int, out: _Phases) -> None:
         run = await create_run(conn, RUN_BODY)
         t2 = time.monotonic()
         t3 = first = None
-        async for data, at in _stream(conn, events_path(str(run["events_url"]))):
+        async for data, at in conn.raw_events(events_path(str(run["events_url"]))):
             if t3 is None:
                 t3 = at
             if first is None and b"\n\n" in data and b"event: " in data:
@@ -70,20 +70,6 @@ async def _one(port: int, out: _Phases) -> None:
         out.errors.append(f"{type(exc).__name__}: {exc}"[:200])
     finally:
         conn.close()
-
-
-async def _stream(conn: Connection, path: str) -> Any:
-    """The GET's bytes with arrival times; the first item is the headers' arrival."""
-    status, _ = await conn._send("GET", path, None, {"accept": "text/event-stream"})
-    yield b"", time.monotonic()
-    if status >= 300:
-        return
-    reader = conn._r
-    assert reader is not None
-    while data := await reader.read(1 << 16):
-        yield data, time.monotonic()
-        if data.endswith(b"0\r\n\r\n"):
-            break
 
 
 async def _load(port: int, runs: int, concurrency: int) -> _Phases:
