@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
+from redis.asyncio.connection import SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.backends.redis_cluster import cluster_client
@@ -48,9 +49,16 @@ async def test_a_send_on_a_connection_another_task_closed_is_a_connection_error(
     assert "connection error" in outcomes
 
 
-def test_tls_keeps_the_ssl_connection() -> None:
-    assert issubclass(ClusterSSLConnection, ClusterConnection)
-    assert ClusterSSLConnection.__mro__.index(ClusterConnection) < 2
+def test_a_rediss_cluster_gets_them_over_tls() -> None:
+    # built, not connected: the seed nodes and the nodes found later take this class
+    client = cluster_client("rediss://127.0.0.1:1,rediss://127.0.0.1:2", connect_timeout=1.0,
+                            socket_timeout=1.0, max_connections=8, client_name=None)
+    assert client.connection_kwargs["connection_class"] is ClusterSSLConnection
+    assert all(n.connection_class is ClusterSSLConnection
+               for n in client.nodes_manager.startup_nodes.values())
+    node = next(iter(client.nodes_manager.startup_nodes.values()))
+    conn = node.acquire_connection()  # made from the node's TLS settings (not connected)
+    assert isinstance(conn, ClusterSSLConnection) and isinstance(conn, SSLConnection)
 
 
 async def test_every_node_of_the_cluster_client_uses_them(cluster_url: str) -> None:
