@@ -300,7 +300,8 @@ class Backend(ParkingStore, Protocol):
     # -- dispatch ---------------------------------------------------------------------
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """The next queued run for this worker, or a run whose worker stopped heartbeating;
-        None after ``timeout`` s with nothing to do."""
+        None after ``timeout`` s with nothing to do. A run already waiting is taken whatever
+        the timeout (0 included: a look without waiting)."""
         ...
 
     async def claim_many(self, worker: str, timeout: float,  # noqa: ASYNC109

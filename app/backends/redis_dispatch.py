@@ -62,6 +62,7 @@ class RedisDispatch:
         await self._ensure_group()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        looked = False
         while True:
             entries: list[tuple[bytes, dict[bytes, bytes] | None]] = []
             if loop.time() >= self._next_scan:
@@ -72,11 +73,14 @@ class RedisDispatch:
                 # wake for the next scan too: a lapsed worker is noticed within one interval
                 block = min(BLOCK_MAX, deadline - loop.time(),
                             max(self._next_scan - loop.time(), 0.05))
-                if block <= 0:
+                if block <= 0 and looked:
                     return []
+                # a claim slowed past its timeout before its first look still takes what is
+                # waiting (a look without blocking), as the memory backend does
                 rows: Any = await self.client.xreadgroup(
                     keys.JOBS_GROUP, worker, {keys.JOBS_STREAM: ">"}, count=count,
-                    block=max(1, int(block * 1000)))
+                    block=max(1, int(block * 1000)) if block > 0 else None)
+                looked = True
                 entries = [entry for _, found in rows or [] for entry in found]
             claims = await self._assign_all(worker, entries)
             if claims:

@@ -52,6 +52,15 @@ async def test_runs_are_claimed_once_each(backend: Backend) -> None:
     assert sorted(got) == sorted(ids)
 
 
+async def test_a_waiting_run_is_taken_even_past_the_timeout(backend: Backend) -> None:
+    # a claim slowed past its timeout (a starved loop) must still take what is waiting: in a
+    # loaded full run 12 cluster claims of 0.5 s each came back empty with 10 runs queued
+    ids = {(await backend.create_run(record()))[0].id for _ in range(3)}
+    got = [await backend.claim("w1", timeout=0) for _ in range(3)]
+    assert sorted(c.run_id for c in got if c is not None) == sorted(ids)
+    assert await backend.claim("w1", timeout=0) is None
+
+
 async def test_cancel_reaches_the_watcher_within_100ms(backend: Backend) -> None:
     claim = await created_and_claimed(backend)
     assert not await backend.cancel_requested(claim.run_id)
