@@ -43,6 +43,7 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = False
         self.received = False
         self.error: Exception | None = None
+        self.loop = asyncio.get_running_loop()  # kept: the lookup costs a getpid per frame
         self.waiter: asyncio.Future[None] | None = None
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
@@ -112,7 +113,7 @@ class _Conn(asyncio.Protocol):
         wait: a streamed reply waits once per frame."""
         if self.error is not None:
             raise self.error
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         self.waiter = loop.create_future()
         self.deadline = loop.time() + timeout if timeout else math.inf
         if self.timer is None and timeout:
@@ -128,7 +129,7 @@ class _Conn(asyncio.Protocol):
         self.timer = None
         if self.waiter is None:
             return  # not waiting: the next wait arms a timer again
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if loop.time() < self.deadline:
             if self.deadline < math.inf:
                 self.timer = loop.call_at(self.deadline, self._check_deadline)
