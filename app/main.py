@@ -37,6 +37,7 @@ from app.routes import (
     tools,
 )
 from app.run_requests import ResolveProvider
+from app.server_send import StashServerSend
 from app.services import check_tool_modules, open_services
 
 API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
     _add_cors(app, cfg.cors_origin_list())
+    app.add_middleware(StashServerSend)  # outermost of ours: app.server_send
     return app
 
 

@@ -24,7 +24,8 @@ joins the next event's block, a ping is one comment line. The HTML spec dispatch
 either, but popular parsers (httpx-sse, @microsoft/fetch-event-source) turn every blank line
 into an event, so a blank line that ends a block without ``data`` would reach their callers as
 an event with empty data. All frames of one read go out as one body chunk: one ASGI send per
-wake-up, not one per event.
+wake-up, not one per event; a caught-up live subscriber's frames are sent from the append
+without waking its task (``app.sse_direct``).
 
 ``EventStreamResponse`` is sse-starlette's ``EventSourceResponse`` (headers, HEAD handling,
 OpenAPI media type) with a leaner streaming path: pings come from the frame generator when it
@@ -47,6 +48,8 @@ from app.backends.base import Backend, BackendError, StoredEvent
 from app.backends.live_feed import LiveFeeds
 from app.draining import draining
 from app.send_deadline import SendDeadline
+from app.server_send import server_send
+from app.sse_direct import DirectSend
 from app.sse_frames import PAGE, PING, chunk, run_ended
 from app.sse_tap import tapped_frames
 
@@ -124,10 +127,13 @@ async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
 class EventStreamResponse(EventSourceResponse):
     """See the module docstring."""
 
-    def __init__(self, frames: AsyncIterator[bytes], *, send_timeout: float = SEND_TIMEOUT
-                 ) -> None:
+    def __init__(self, frames: AsyncIterator[bytes], *, send_timeout: float = SEND_TIMEOUT,
+                 direct: DirectSend | None = None) -> None:
         super().__init__(frames, ping=0, send_timeout=send_timeout, sep="\n")
         self._frames = frames
+        self._direct = direct
+        """Given to ``frames`` too: they may be sent from outside this task
+        (``app.sse_direct``); a ``b""`` chunk asks to finish such a send first."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"].upper() == "HEAD":
@@ -140,11 +146,19 @@ class EventStreamResponse(EventSourceResponse):
         try:
             await send({"type": "http.response.start", "status": self.status_code,
                         "headers": self.raw_headers})
+            body_send = server_send(scope) or send  # app.server_send: body chunks direct
+            direct = self._direct
+            if direct is not None:
+                direct.attach(body_send, gone, stop)
             async for chunk in self._frames:
                 if gone.is_set():
                     return
                 with deadline:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if direct is not None and direct.pending:
+                        await direct.finish()
+                    if chunk:
+                        await body_send({"type": "http.response.body", "body": chunk,
+                                         "more_body": True})
                 if stop.is_set():
                     break
             if not gone.is_set():
@@ -156,6 +170,8 @@ class EventStreamResponse(EventSourceResponse):
             task.uncancel()
             log.info("dropped an event stream whose client stopped reading")
         finally:
+            if self._direct is not None:
+                self._direct.detach()
             deadline.close()
             watcher.cancel()
             aclose = getattr(self._frames, "aclose", None)
@@ -181,7 +197,8 @@ def event_stream(backend: Backend, run_id: str, after: int, *, ping: float, retr
     head = retry_field(max(0, round(retry * 1000)))
     feeds = getattr(backend, "feeds", None)
     if isinstance(feeds, LiveFeeds) and not ended:  # frames handed over as they are appended
+        direct = DirectSend()
         return EventStreamResponse(tapped_frames(backend, feeds, run_id, after, poll, first,
-                                                 head))
+                                                 head, direct), direct=direct)
     return EventStreamResponse(event_frames(backend, run_id, after, poll, first, ended=ended,
                                             head=head))

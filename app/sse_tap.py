@@ -11,6 +11,12 @@ frame is the next seq::
        nothing for ``poll`` s ─▶ run ended? read what is left, close : ``: ping``
 
 Same framing, pings, backend-down behaviour and end as ``app.sse.event_frames``.
+
+With ``out`` (``app.sse_direct``), a subscriber that has caught up parks its task on the tap and
+lets the append send each next frame in place (``_Direct``): no task woken per frame. Whatever
+that path declines (a gap, the stream's end, a send that could not finish at once, a client
+gone) is held on the tap and wakes the task, which goes on as above from the last seq sent; a
+wake-up for an unfinished send yields ``b""`` so the response finishes it before anything else.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ from collections.abc import AsyncIterator
 
 from app import metrics
 from app.backends.base import Backend, BackendError, StoredEvent
-from app.backends.live_feed import Frame, LiveFeeds
+from app.backends.live_feed import Frame, LiveFeeds, Tap
+from app.sse_direct import DirectSend
 from app.sse_frames import PAGE, PING, chunk, run_ended
 
 log = logging.getLogger(__name__)
 
 
 async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: int,
-                        poll: float, first: list[StoredEvent] | None, head: bytes
-                        ) -> AsyncIterator[bytes]:
-    """See the module docstring (the arguments are ``app.sse.event_frames``'s)."""
+                        poll: float, first: list[StoredEvent] | None, head: bytes,
+                        out: DirectSend | None = None) -> AsyncIterator[bytes]:
+    """See the module docstring (the arguments are ``app.sse.event_frames``'s; ``out``: the
+    response's way to send frames from the append)."""
     metrics.SSE_SUBSCRIBERS.inc()
     tap = feeds.open(run_id, poll)
     try:
@@ -77,7 +85,19 @@ async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: 
                 if done:
                     return
                 continue
-            if await tap.wait():
+            if out is None:
+                woke = await tap.wait()
+            else:
+                direct = _Direct(out, tap, last)
+                tap.deliver = direct
+                try:
+                    woke = await tap.wait()
+                finally:
+                    tap.deliver = None
+                last = direct.last
+                if out.pending:
+                    yield b""  # the response finishes that send (or raises) before the next
+            if woke:
                 continue
             try:  # idle for ``poll`` s: ended (status first, then what is left) or ping
                 await feeds.follow(run_id)
@@ -115,3 +135,27 @@ def _next(frames: list[Frame], last: int) -> tuple[bytes, int, bool, bool]:
         if ends:
             return b"".join(out), last, True, False
     return b"".join(out), last, False, False
+
+
+class _Direct:
+    """``Tap.deliver`` of a parked subscriber: sends the frames that follow ``last`` through
+    ``out`` and takes them; declines (False) a gap, the stream's end, or when ``out`` cannot
+    send now."""
+
+    __slots__ = ("_out", "_wake", "last")
+
+    def __init__(self, out: DirectSend, tap: Tap, last: int) -> None:
+        self._out = out
+        self._wake = tap.wake
+        self.last = last
+
+    def __call__(self, frames: list[Frame]) -> bool:
+        if not self._out.ready:
+            return False
+        text, last, done, gap = _next(frames, self.last)
+        if done or gap:
+            return False
+        if text:
+            self.last = last
+            self._out.send(text, self._wake)
+        return True

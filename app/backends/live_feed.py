@@ -14,6 +14,10 @@ subscriber's first read, a note Redis lost, a batch too large for its note), so 
 from replay to live is gapless and sends nothing twice. ``resync`` tells a run's taps that
 frames may have been missed (Redis reconnected) without any frame to show it.
 
+A subscriber that has caught up may set ``Tap.deliver``: while nothing is pending, ``push``
+offers it the frames first, and it sends them to the client in place (``app.sse_tap``,
+``app.sse_direct``) or declines, and they are held and the subscriber woken as above.
+
 Idle: one timer per tap, re-armed only when it fires (not one per wait): ``wait`` returns False
 once nothing arrived for ``idle`` seconds, the subscriber's cue to ping.
 """
@@ -36,8 +40,8 @@ Frame = tuple[int, bytes, bool]
 class Tap:
     """One subscriber's pending frames of one run (see the module docstring)."""
 
-    __slots__ = ("_active", "_feeds", "_idle", "_loop", "_timer", "_waiter", "pending",
-                 "resync", "run_id")
+    __slots__ = ("_active", "_feeds", "_idle", "_loop", "_timer", "_waiter", "deliver",
+                 "pending", "resync", "run_id")
 
     def __init__(self, feeds: LiveFeeds, run_id: str, idle: float) -> None:
         self._feeds = feeds
@@ -45,6 +49,9 @@ class Tap:
         self.pending: list[Frame] = []
         self.resync = False
         """Frames may have been missed: read the log."""
+        self.deliver: Callable[[list[Frame]], bool] | None = None
+        """Set by a caught-up subscriber: offered frames while none are pending; True when
+        it took them (sent or dropped as sent already), False to have them held."""
         self._idle = idle
         self._loop = asyncio.get_running_loop()
         self._active = self._loop.time()
@@ -93,6 +100,7 @@ class Tap:
 
     def close(self) -> None:
         """Stop receiving frames."""
+        self.deliver = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -137,6 +145,10 @@ class LiveFeeds:
             return
         frames = [(e.seq, frame(e), ends_stream(e)) for e in events]
         for tap in taps:
+            deliver = tap.deliver
+            if deliver is not None and not tap.pending and not tap.resync and deliver(frames):
+                tap._active = tap._loop.time()  # activity: no idle ping due while it lasts
+                continue
             if len(tap.pending) >= MAX_PENDING:  # a subscriber not keeping up reads the log
                 tap.pending = []
                 tap.resync = True

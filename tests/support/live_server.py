@@ -75,6 +75,12 @@ class LiveServer:
         self.loop.run_until_complete(self.server.serve(sockets=[self._sock]))
         self.loop.close()
 
+    def limit_send_buffer(self, nbytes: int) -> None:
+        """Connections accepted from now on get ``SO_SNDBUF`` = ``nbytes`` (Linux doubles
+        it, and stops tuning it up): a client that stops reading fills it quickly, so tests
+        of backpressure need little data."""
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, nbytes)
+
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the server's loop (e.g. touch its backend) and await the result."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
