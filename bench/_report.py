@@ -279,7 +279,10 @@ LIVE = (
     "\"streams/core at that cost\" = 1 s of CPU / (µs per frame × frames per stream-second). "
     "The client and the fake model run on the same 2 CPUs, so the sustained size here is "
     "bounded by the machine before the server; the CPU per delivered frame is the figure that "
-    "sizes deployments.")
+    "sizes deployments. `relay-floor` is `bench/relay_floor.py` in the same steps: a bare "
+    "uvloop relay that per model frame only reads TLS, parses the HTTP chunk, cuts the SSE "
+    "event and writes one SSE frame (no JSON, no events, no store): the least a Python "
+    "server on this stack spends per frame, so what agentloop spends above it is its own.")
 
 
 def _cluster(cells: list[dict[str, Any]] | None) -> list[str]:

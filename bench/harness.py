@@ -33,7 +33,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _agentloop_only, _live, _open_runs, _profile, _report, _systems, cluster
+from bench import (
+    _agentloop_only,
+    _live,
+    _open_runs,
+    _profile,
+    _report,
+    _systems,
+    cluster,
+    relay_floor,
+)
 from bench._procs import OUT, Proc, start_fake
 from bench._stats import Sample, load_avg, row
 from bench._tls import make_tls
@@ -133,6 +142,24 @@ def live(system: str, sizes: list[int], profile_seconds: float) -> dict[str, Any
         return out
     except Exception as exc:
         return {"figure": "live", "system": system, "failed": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if server is not None:
+            server.stop()
+        fake.stop()
+
+
+def floor(sizes: list[int]) -> dict[str, Any]:
+    """The same live steps on ``bench/relay_floor.py``: what relaying a frame costs at least."""
+    fake = start_fake(FRAME_MS, tls=make_tls(OUT / "tls"), name="fake_llm_floor")
+    server: Proc | None = None
+    try:
+        server = relay_floor.start_relay(fake)
+        steps = _live.run_steps(server, sizes, say=_say)
+        return {"figure": "live", "system": "relay-floor", "steps": steps,
+                "sustained": _live.sustained(steps)}
+    except Exception as exc:
+        return {"figure": "live", "system": "relay-floor",
+                "failed": f"{type(exc).__name__}: {exc}"}
     finally:
         if server is not None:
             server.stop()
@@ -242,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"{system}: {args.open_runs} concurrent open runs")
             extras[f"open/{system}"] = _open_runs.open_runs(system, args.open_runs)
             print(json.dumps(extras[f"open/{system}"]), flush=True)
+    if not args.skip_live and any(s in _systems.AGENTLOOP_SYSTEMS for s in args.systems):
+        _say("relay floor: the same live steps on bench/relay_floor.py")
+        extras["live/relay-floor"] = floor(args.live_sizes)
+        print(json.dumps(extras["live/relay-floor"]), flush=True)
     given = sys.argv[1:] if argv is None else argv
     OUT.mkdir(parents=True, exist_ok=True)
     RAW.write_text(json.dumps({"rows": rows, "extras": extras, "argv": given,

@@ -205,19 +205,30 @@ async def _serve(port: int, model_url: str) -> None:
         await server.serve_forever()
 
 
+def start_relay(fake: Any) -> Any:
+    """The relay as a process (a ``bench._procs.Proc``) against the https fake model."""
+    from bench._procs import free_port, start, wait_http
+
+    port = free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "SSL_CERT_FILE": str(fake.ca)}
+    server = start("relay_floor", [sys.executable, __file__, "serve", "--port", str(port),
+                                   "--model", fake.url + "/v1"], port, env=env)
+    try:
+        wait_http(server, "/healthz", 30)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
 def _cell(kind: str, fake: Any, streams: int) -> dict[str, Any]:
     from bench import _live, _systems
-    from bench._procs import free_port, start, wait_http
 
     if kind == "agentloop":
         server = _systems.start_agentloop(fake, redis=False, name="floor-agentloop",
                                           extra_env={"AGENTLOOP_WORKER_CONCURRENCY": "5000"})
     else:
-        port = free_port()
-        env = {"PATH": os.environ.get("PATH", ""), "SSL_CERT_FILE": str(fake.ca)}
-        server = start("relay_floor", [sys.executable, __file__, "serve", "--port", str(port),
-                                       "--model", fake.url + "/v1"], port, env=env)
-        wait_http(server, "/healthz", 30)
+        server = start_relay(fake)
     try:
         return asyncio.run(_live.step(server, streams))
     finally:
