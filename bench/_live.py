@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,3 +169,25 @@ def run_steps(server: Proc, sizes: list[int], *, say: Any = print) -> list[dict[
         if result["server_cpu_util"] > 0.95 or (not _meets(result) and len(out) >= MIN_STEPS):
             break
     return out
+
+
+def interleaved(servers: dict[str, Callable[[], Proc]], rounds: int, streams: int,
+                keep: tuple[str, ...], say: Any = None) -> list[dict[str, Any]]:
+    """One step of ``streams`` on a fresh server of each kind per round, the order
+    alternating round by round (A B, B A, …): per round ``{kind: the step's figures named in
+    keep}``. ``say(round, kind, figures)`` reports each step as it ends."""
+    names = list(servers)
+    rows: list[dict[str, Any]] = []
+    for rnd in range(rounds):
+        row: dict[str, Any] = {"round": rnd + 1}
+        for name in names if rnd % 2 == 0 else names[::-1]:
+            server = servers[name]()
+            try:
+                figures = asyncio.run(step(server, streams))
+            finally:
+                server.stop()
+            row[name] = {k: figures[k] for k in keep}
+            if say is not None:
+                say(rnd + 1, name, figures)
+        rows.append(row)
+    return rows

@@ -17,27 +17,18 @@ meanwhile out); both trees run on this virtualenv.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import _live, _systems
-from bench._procs import OUT, ROOT, start_fake
+from bench._procs import OUT, ROOT, Proc, start_fake
 from bench._tls import make_tls
-
-
-def _cell(fake: Any, root: Path, redis: bool, streams: int) -> dict[str, Any]:
-    server = _systems.start_agentloop(fake, redis=redis, name=f"ab-{root.name}", root=root,
-                                      extra_env={"AGENTLOOP_WORKER_CONCURRENCY": "5000"})
-    try:
-        return asyncio.run(_live.step(server, streams))
-    finally:
-        server.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,20 +42,22 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     trees = {"base": args.base.resolve(), "new": args.new.resolve()}
     fake = _live_fake()
-    rows: list[dict[str, Any]] = []
+
+    def start(root: Path) -> Callable[[], Proc]:
+        return lambda: _systems.start_agentloop(
+            fake, redis=args.redis, name=f"ab-{root.name}", root=root,
+            extra_env={"AGENTLOOP_WORKER_CONCURRENCY": "5000"})
+
+    def say(rnd: int, name: str, r: dict[str, Any]) -> None:
+        print(f"round {rnd} {name}: {r['server_us_per_frame']} µs/frame "
+              f"(+redis {r['with_redis_us_per_frame']}), {r['frames_per_s']} frames/s, "
+              f"lag p50 {r['lag_ms']['p50']} ms, load {r['load_avg']}", flush=True)
+
     try:
-        for rnd in range(args.rounds):
-            order = ["base", "new"] if rnd % 2 == 0 else ["new", "base"]
-            row: dict[str, Any] = {"round": rnd + 1}
-            for name in order:
-                r = _cell(fake, trees[name], args.redis, args.streams)
-                row[name] = {k: r[k] for k in ("server_us_per_frame", "with_redis_us_per_frame",
-                                                "frames_per_s", "live", "lag_ms", "load_avg",
-                                                "errors")}
-                print(f"round {rnd + 1} {name}: {r['server_us_per_frame']} µs/frame "
-                      f"(+redis {r['with_redis_us_per_frame']}), {r['frames_per_s']} frames/s, "
-                      f"lag p50 {r['lag_ms']['p50']} ms, load {r['load_avg']}", flush=True)
-            rows.append(row)
+        rows = _live.interleaved({name: start(root) for name, root in trees.items()},
+                                 args.rounds, args.streams,
+                                 ("server_us_per_frame", "with_redis_us_per_frame",
+                                  "frames_per_s", "live", "lag_ms", "load_avg", "errors"), say)
     finally:
         fake.stop()
     print(json.dumps(_summary(rows), indent=1))

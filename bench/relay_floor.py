@@ -221,20 +221,6 @@ def start_relay(fake: Any) -> Any:
     return server
 
 
-def _cell(kind: str, fake: Any, streams: int) -> dict[str, Any]:
-    from bench import _live, _systems
-
-    if kind == "agentloop":
-        server = _systems.start_agentloop(fake, redis=False, name="floor-agentloop",
-                                          extra_env={"AGENTLOOP_WORKER_CONCURRENCY": "5000"})
-    else:
-        server = start_relay(fake)
-    try:
-        return asyncio.run(_live.step(server, streams))
-    finally:
-        server.stop()
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd")
@@ -249,21 +235,21 @@ def main(argv: list[str] | None = None) -> None:
 
         uvloop.run(_serve(args.port, args.model))
         return
-    from bench import _live
+    from bench import _live, _systems
     from bench._procs import OUT, start_fake
     from bench._tls import make_tls
 
     fake = start_fake(_live.FRAME_MS, tls=make_tls(OUT / "tls"), name="fake_llm_floor")
-    rows: list[dict[str, Any]] = []
     try:
-        for rnd in range(args.rounds):
-            order = ["relay", "agentloop"] if rnd % 2 == 0 else ["agentloop", "relay"]
-            row: dict[str, Any] = {"round": rnd + 1}
-            for kind in order:
-                r = _cell(kind, fake, args.streams)
-                row[kind] = {k: r[k] for k in ("server_us_per_frame", "frames_per_s", "live",
-                                               "lag_ms", "server_cpu_util", "load_avg")}
-            rows.append(row)
+        rows = _live.interleaved(
+            {"relay": lambda: start_relay(fake),
+             "agentloop": lambda: _systems.start_agentloop(
+                 fake, redis=False, name="floor-agentloop",
+                 extra_env={"AGENTLOOP_WORKER_CONCURRENCY": "5000"})},
+            args.rounds, args.streams,
+            ("server_us_per_frame", "frames_per_s", "live", "lag_ms", "server_cpu_util",
+             "load_avg"))
+        for row in rows:
             print(json.dumps(row), flush=True)
     finally:
         fake.stop()
