@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -313,10 +314,14 @@ class BackendQueue:
         self.kind = kind
 
     async def take(self, mode: QueueMode) -> list[QueuedMessage]:
-        """See ``MessageSource.take`` (fenced by the run's attempt)."""
+        """See ``MessageSource.take`` (fenced by the run's attempt). Every retry of one take
+        carries the same token: a take applied in the store whose reply was lost (a failover)
+        answers the same messages again instead of leaving them in flight, unseen."""
         s = self.sink
+        token = secrets.token_hex(8)  # unique per take, whatever queue object or attempt
         try:
-            return await retrying(lambda: s.backend.take(s.run_id, self.kind, mode, s.attempt))
+            return await retrying(lambda: s.backend.take(s.run_id, self.kind, mode, s.attempt,
+                                                         token))
         except FencedOut:
             s.fenced_out()
             return []

@@ -266,9 +266,12 @@ class Backend(ParkingStore, Protocol):
         ...
 
     async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
-                   attempt: int | None = None) -> list[QueuedMessage]:
+                   attempt: int | None = None, token: str | None = None
+                   ) -> list[QueuedMessage]:
         """Move the oldest (or all) waiting messages to the in-flight list atomically (fenced
-        when ``attempt`` is given)."""
+        when ``attempt`` is given). A call repeated with the ``token`` of the queue's last take
+        answers what that take moved (still in flight) and takes nothing more: a retried call
+        whose first reply was lost must not strand those messages in flight."""
         ...
 
     async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:

@@ -49,7 +49,7 @@ class _RunState:
     """Everything stored for one run besides its record."""
 
     __slots__ = ("ckpt", "closed", "events", "inflight", "last_token", "queues", "taken",
-                 "waiter")
+                 "took", "waiter")
 
     def __init__(self) -> None:
         self.events: list[StoredEvent] = []
@@ -57,6 +57,8 @@ class _RunState:
         self.queues: dict[str, deque[QueuedMessage]] = {k: deque() for k in KINDS}
         self.inflight: dict[str, list[QueuedMessage]] = {k: [] for k in KINDS}
         self.taken: set[str] = set()
+        self.took: dict[str, tuple[str, set[str]]] = {}
+        """Per queue, the token of the last ``take`` and the ids it took (Backend.take)."""
         self.last_token: str | None = None
         self.closed = False
         """The loop is ending: ``enqueue`` refuses (``close_queues``)."""
@@ -273,16 +275,22 @@ class MemoryBackend(MemoryThreads, MemoryParking, ServiceEvents):
         raise RunNotFound(message_id)
 
     async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
-                   attempt: int | None = None) -> list[QueuedMessage]:
+                   attempt: int | None = None, token: str | None = None
+                   ) -> list[QueuedMessage]:
         """See ``Backend.take``."""
         if attempt is not None:
             self._fenced(run_id, attempt)
         state = self._state[run_id]
+        last = state.took.get(kind)
+        if token and last is not None and last[0] == token:
+            return [q for q in state.inflight[kind] if q.id in last[1]]
         queue = state.queues[kind]
         count = len(queue) if mode == "all" else min(1, len(queue))
         taken = [queue.popleft() for _ in range(count)]
         state.inflight[kind].extend(taken)
         state.taken.update(q.id for q in taken)
+        if token:
+            state.took[kind] = (token, {q.id for q in taken})
         return taken
 
     async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:

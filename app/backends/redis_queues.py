@@ -77,10 +77,11 @@ class RedisQueues:
 
     @guard
     async def take(self, run_id: str, kind: QueueKind, mode: QueueMode,
-                   attempt: int | None = None) -> list[QueuedMessage]:
-        """See ``Backend.take``."""
+                   attempt: int | None = None, token: str | None = None
+                   ) -> list[QueuedMessage]:
+        """See ``Backend.take`` (the token is kept in the run hash, ``took:<inflight key>``)."""
         raw = await self._run("TAKE", self._one_queue(run_id, kind),
-                              ["" if attempt is None else attempt, mode])
+                              ["" if attempt is None else attempt, mode, token or ""])
         return [parse_queue_entry(r) for r in raw]
 
     async def ack(self, run_id: str, kind: QueueKind, items: list[QueuedMessage]) -> None:

@@ -157,18 +157,37 @@ if redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 1 then return 'taken' end
 return 'none'
 """
 
-# KEYS run, queue, inflight, taken; ARGV attempt, mode. Returns the taken entries.
+# KEYS run, queue, inflight, taken; ARGV attempt, mode, token. Returns the taken entries.
+# The run hash keeps ``took:<inflight key>`` = token TAB ids of the last take: a call whose
+# reply was lost (failover, dropped connection) is sent again with the same token and answers
+# the same entries instead of taking the next ones (which would strand the first in flight).
 TAKE = _PRELUDE + """
+local token = ARGV[3] or ''
+local mark = 'took:' .. KEYS[3]
+if token ~= '' then
+  local last = redis.call('HGET', run, mark)
+  if last and (last == token or string.sub(last, 1, #token + 1) == token .. '\\t') then
+    local ids = {}
+    for id in string.gmatch(string.sub(last, #token + 2), '[^\\t]+') do ids[id] = true end
+    local again = {}
+    for _, v in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+      if ids[id_of(v)] then again[#again + 1] = v end
+    end
+    return again
+  end
+end
 local n = 1
 if ARGV[2] == 'all' then n = redis.call('LLEN', KEYS[2]) end
-local taken = {}
+local taken, ids = {}, {token}
 for _ = 1, n do
   local v = redis.call('LPOP', KEYS[2])
   if not v then break end
   redis.call('RPUSH', KEYS[3], v)
   redis.call('SADD', KEYS[4], id_of(v))
   taken[#taken + 1] = v
+  ids[#ids + 1] = id_of(v)
 end
+if token ~= '' then redis.call('HSET', run, mark, table.concat(ids, '\\t')) end
 return taken
 """
 

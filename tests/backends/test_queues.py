@@ -8,6 +8,8 @@ import asyncio
 import pytest
 
 from app.backends import Backend, EventBatch, QueueItemTaken, RunNotFound
+from app.backends.base import BackendError
+from app.run_sink import BackendQueue, EventSink
 from tests.backends.helpers import created_and_claimed, msg
 
 
@@ -67,3 +69,55 @@ async def test_concurrent_takers_never_get_the_same_message(backend: Backend) ->
                                      for _ in range(80)])
     ids = [q.id for r in results for q in r]
     assert sorted(ids) == sorted(f"m{i}" for i in range(50))
+
+
+async def test_take_repeated_with_its_token_answers_the_same_messages(backend: Backend) -> None:
+    """A take whose reply was lost (failover, dropped connection) is sent again with the same
+    token: it answers what the first call moved to in-flight, and takes nothing more, so no
+    message is stranded in flight where the loop never sees it (found by the cluster failover
+    test: an accepted steer left in flight, the run ended without it)."""
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    for mid in ("a", "b", "c"):
+        await backend.enqueue(rid, "steer", msg(mid))
+    first = await backend.take(rid, "steer", "one-at-a-time", claim.attempt, "t1")
+    again = await backend.take(rid, "steer", "one-at-a-time", claim.attempt, "t1")
+    assert [q.id for q in first] == [q.id for q in again] == ["a"]
+    assert [q.message.content for q in again] == ["a"]
+    both = await backend.take(rid, "steer", "all", claim.attempt, "t2")
+    assert [q.id for q in both] == ["b", "c"]
+    assert [q.id for q in await backend.take(rid, "steer", "all", claim.attempt, "t2")] \
+        == ["b", "c"]
+    await backend.append_events(rid, claim.attempt, EventBatch(acks=[("steer", "b")]))
+    # what was acked since is not answered again; a new token takes afresh
+    assert [q.id for q in await backend.take(rid, "steer", "all", claim.attempt, "t2")] == ["c"]
+    assert await backend.take(rid, "steer", "all", claim.attempt, "t3") == []
+    assert await backend.take(rid, "follow_up", "all", claim.attempt, "t1") == []  # per queue
+
+
+async def test_take_retried_after_a_lost_reply_strands_nothing(backend: Backend) -> None:
+    """The loop's take over a store whose first reply is lost: the retry (same token) hands
+    the loop the message the lost call took."""
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    await backend.enqueue(rid, "steer", msg("s1"))
+    await backend.enqueue(rid, "steer", msg("s2"))
+    real = backend.take
+    calls: list[str | None] = []
+
+    async def lose_first_reply(*args: object, **kw: object) -> object:
+        got = await real(*args, **kw)  # type: ignore[arg-type]
+        calls.append(args[4] if len(args) > 4 else kw.get("token"))  # type: ignore[arg-type]
+        if len(calls) == 1:
+            raise BackendError("connection lost after the command was sent")
+        return got
+
+    sink = EventSink(backend, rid, claim.attempt)
+    backend.take = lose_first_reply  # type: ignore[method-assign]
+    try:
+        taken = await BackendQueue(sink, "steer").take("one-at-a-time")
+    finally:
+        del backend.take  # type: ignore[method-assign]
+    assert [q.id for q in taken] == ["s1"]
+    assert len(calls) == 2 and calls[0] == calls[1] and calls[0]
+    assert [q.id for _, q in await backend.list_queue(rid)] == ["s2"]

@@ -77,11 +77,13 @@ class StuckFollowUp:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
-    async def take(self, run_id: str, kind: str, mode: str, attempt: int | None = None) -> Any:
+    async def take(self, run_id: str, kind: str, mode: str, attempt: int | None = None,
+                   token: str | None = None) -> Any:
         if kind == "follow_up":
             self.reached.set()
             await asyncio.Event().wait()
-        return await self._backend.take(run_id, kind, mode, attempt)  # type: ignore[arg-type]
+        return await self._backend.take(run_id, kind, mode, attempt,  # type: ignore[arg-type]
+                                        token)
 
 
 def one_result_per_call(history: list[dict[str, Any]]) -> bool:
