@@ -18,7 +18,6 @@ from app.backends.base import (
     now,
     with_seq,
 )
-from app.backends.base import StoredEvent as _Stored
 from app.backends.memory_thread_reads import MemoryThreadReads, Thread, copy_thread, wake
 from app.events import MessageQueued, RunCreated, encode_event_body, json_bytes, utc_now
 from app.queues import QueuedMessage, QueueKind
@@ -174,7 +173,7 @@ class MemoryThreads(MemoryThreadReads):
         state = self._state[record.id] = _RunState()
         event = post.first_event if post else RunCreated(model=record.model)
         record.last_seq = 1
-        state.events.append(_Stored(1, *first_event_body(record.id, event)))
+        state.events.append((1, *first_event_body(record.id, event)))
         self._runs[record.id] = _copy_run(record)
         thread.inputs[record.id] = prompts
         thread.record.runs.append(record.id)
@@ -186,7 +185,7 @@ class MemoryThreads(MemoryThreadReads):
         record, state = self._runs[run_id], self._state[run_id]
         record.last_seq += 1
         body = encode_event_body(event, run_id=run_id, ts=utc_now())
-        state.events.append(_Stored(record.last_seq, event.type, with_seq(record.last_seq, body)))
+        state.events.append((record.last_seq, event.type, with_seq(record.last_seq, body)))
         state.waiter.set()
         state.waiter = asyncio.Event()
 
