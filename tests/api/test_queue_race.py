@@ -27,8 +27,12 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def answer(request: ModelRequest) -> Step:
+    """The answer in 4 chunks 4 ms apart: the run lasts longer than one HTTP round trip on
+    any machine, so a message posted at once is accepted and the delay can climb to the end
+    (an instant answer ended the in-process run before even an undelayed post reached it on
+    a fast machine: every trial refused, the race never run)."""
     users = [m for m in request.messages if m.role == "user"]
-    return fake.text(f"answer {len(users)}")
+    return fake.text(f"answer {len(users)}", chunks=4, delay=0.004)
 
 
 @dataclass
