@@ -155,11 +155,18 @@ class NodeClients:
             raise ReplicaLag(f"no replica of {node.name} confirmed the write in {WAIT_MS} ms")
 
     async def close(self) -> None:
-        if self._refresh is not None and not self._refresh.done():
-            self._refresh.cancel()
-        for client in self._clients.values():
+        """Stop the background refresh and role checks, then close every client: a check
+        still running after the clients were closed made a new client whose connection was
+        never closed (uvloop's close found it open)."""
+        tasks = [t for t in (self._refresh, *self._role_checks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        while self._clients:
+            _, client = self._clients.popitem()
             await client.aclose(close_connection_pool=True)
-        self._clients.clear()
 
     async def durable(self, key: str, fill: Callable[[Any], None]) -> list[Any]:
         """Run the commands ``fill`` queues on a pipeline to ``key``'s master, then ``WAIT``

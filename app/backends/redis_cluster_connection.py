@@ -12,6 +12,7 @@ fails is a ``BackendError`` (503 with ``Retry-After``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from redis.asyncio.cluster import RedisCluster
@@ -29,8 +30,20 @@ class ClusterConnection(Connection):
         except (AttributeError, RuntimeError) as exc:
             # A failed send always closes the connection (redis-py disconnects on any error
             # while writing), so nothing usable is lost by treating it as one.
+            await self._close_quietly()
             raise RedisConnectionError(
                 f"connection closed by another task while sending: {exc}") from exc
+        except BaseException:
+            # redis-py closes the connection on errors while writing, not on those of the
+            # connect and handshake it makes first: a node met mid-failover (refusing, or
+            # answering the handshake with an error) left the socket open, and the cluster
+            # client then dropped the connection with the node. Closed here, always.
+            await self._close_quietly()
+            raise
+
+    async def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.disconnect(nowait=True)
 
 
 class ClusterSSLConnection(ClusterConnection, SSLConnection):

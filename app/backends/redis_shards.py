@@ -48,6 +48,9 @@ class _Feed:
         self._on_dropped = on_dropped
         self._task: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
+        self.dead = False
+        """Its connection broke: a new feed replaces it (one that only lost a channel to a
+        slot move stays, open, for the master's other channels)."""
 
     async def subscribe(self, channel: str) -> None:
         """Subscribe (once) and wait until Redis confirmed it."""
@@ -89,6 +92,7 @@ class _Feed:
         self._confirm.clear()
         with contextlib.suppress(RedisError, OSError):
             await self.conn.disconnect()
+        self.dead = True
         self._on_dropped(self, sorted(self.channels))
 
     def _handle(self, response: Any) -> None:
@@ -165,7 +169,9 @@ class ShardFeeds:
                 await feed.unsubscribe(channel)
 
     def _dropped(self, feed: _Feed | None, channels: list[str]) -> None:
-        if feed is not None and not feed.channels.difference(channels):
+        if feed is not None and feed.dead and self._feeds.get(feed.node.name) is feed:
+            # only a broken feed is forgotten: one still open stays here, where close()
+            # finds it (forgetting it on a slot move left its connection open for good)
             self._feeds.pop(feed.node.name, None)
         for channel in channels:
             if self._where.get(channel) is feed or feed is None:
