@@ -27,23 +27,17 @@ class ClusterConnection(Connection):
                                   check_health: bool = True) -> None:
         try:
             await super().send_packed_command(command, check_health)
-        except (AttributeError, RuntimeError) as exc:
-            # A failed send always closes the connection (redis-py disconnects on any error
-            # while writing), so nothing usable is lost by treating it as one.
-            await self._close_quietly()
-            raise RedisConnectionError(
-                f"connection closed by another task while sending: {exc}") from exc
-        except BaseException:
+        except BaseException as exc:
             # redis-py closes the connection on errors while writing, not on those of the
-            # connect and handshake it makes first: a node met mid-failover (refusing, or
-            # answering the handshake with an error) left the socket open, and the cluster
-            # client then dropped the connection with the node. Closed here, always.
-            await self._close_quietly()
+            # connect and handshake it makes first: a node met mid-failover left the socket
+            # open, and the cluster client then dropped the connection with the node.
+            with contextlib.suppress(Exception):
+                await self.disconnect(nowait=True)
+            if isinstance(exc, AttributeError | RuntimeError):
+                # the writer another task closed: nothing usable is lost by calling it so
+                raise RedisConnectionError(
+                    f"connection closed by another task while sending: {exc}") from exc
             raise
-
-    async def _close_quietly(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.disconnect(nowait=True)
 
 
 class ClusterSSLConnection(ClusterConnection, SSLConnection):

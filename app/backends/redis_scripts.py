@@ -165,8 +165,8 @@ TAKE = _PRELUDE + """
 local token = ARGV[3] or ''
 local mark = 'took:' .. KEYS[3]
 if token ~= '' then
-  local last = redis.call('HGET', run, mark)
-  if last and (last == token or string.sub(last, 1, #token + 1) == token .. '\\t') then
+  local last = redis.call('HGET', run, mark) or ''
+  if string.match(last, '^[^\\t]*') == token then
     local ids = {}
     for id in string.gmatch(string.sub(last, #token + 2), '[^\\t]+') do ids[id] = true end
     local again = {}
