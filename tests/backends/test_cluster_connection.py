@@ -12,6 +12,8 @@ import pytest
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from app.backends import make_backend
+from app.backends.redis import RedisBackend
 from app.backends.redis_cluster import cluster_client
 from app.backends.redis_cluster_connection import ClusterConnection, ClusterSSLConnection
 
@@ -100,3 +102,21 @@ async def test_every_node_of_the_cluster_client_uses_them(cluster_url: str) -> N
         assert all(issubclass(n.connection_class, ClusterConnection) for n in nodes)
     finally:
         await client.aclose()
+
+
+async def test_closing_the_backend_stops_its_role_checks_and_leaves_no_client(
+        cluster_url: str) -> None:
+    """A ROLE check still running when the backend closed used to make a new per-master
+    client after the others were closed, and its connection stayed open (uvloop's close of a
+    stopping server found it)."""
+    backend = make_backend(cluster_url, lease=1.0, run_ttl=60, cluster=True)
+    assert isinstance(backend, RedisBackend)
+    await backend.start()
+    nodes = backend._nodes
+    assert nodes is not None
+    nodes.should_wait(nodes.node_of("al:{x}:run"))  # starts a background ROLE check
+    checks = set(nodes._role_checks)
+    assert checks
+    await backend.close()
+    assert all(task.done() for task in checks)
+    assert nodes._clients == {}
