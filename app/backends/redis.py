@@ -117,6 +117,21 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._s[name], keys_, args)
 
+    async def _commands(self, *commands: tuple[str | bytes, ...]) -> list[Any]:
+        """Plain commands in one round trip, in order (not a transaction); raises the first
+        error reply. On the lean connection when the backend has one (with the tick's script
+        calls), else a redis-py pipeline. Replies as either gives them: ``pairs`` and ``rows``
+        read both shapes."""
+        if isinstance(self._pipeline, LeanScripts):
+            return await self._pipeline.commands(*commands)
+        if len(commands) == 1:
+            return [await self.client.execute_command(*commands[0])]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for c in commands:
+                pipe.execute_command(*c)
+            replies: list[Any] = await pipe.execute()
+        return replies
+
     @guard
     async def start(self) -> None:
         """Check the connection and create the job consumer group."""
@@ -185,11 +200,16 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
                                    {record.id: record.created_at})
             await self._add_job(record.id)
             return record, True
-        async with self.client.pipeline(transaction=False) as pipe:  # in order: job last
-            write_run(pipe)
-            pipe.zadd(keys.tenant_runs_key(record.tenant), {record.id: record.created_at})
-            pipe.xadd(keys.JOBS_STREAM, {"run": record.id})
-            await pipe.execute()
+        commands: list[tuple[str | bytes, ...]] = []  # in order: the job last
+        if first_event is not None:
+            record.last_seq = 1
+            type_, data = first_event_body(record.id, first_event)
+            commands.append(("XADD", keys.events_key(record.id), "1-0", "t", type_, "d", data))
+        commands += [("HSET", keys.run_key(record.id), *_flat(encode_record(record))),
+                     ("ZADD", keys.tenant_runs_key(record.tenant), repr(record.created_at),
+                      record.id),
+                     ("XADD", keys.JOBS_STREAM, "*", "run", record.id)]
+        await self._commands(*commands)
         return record, True
 
     async def _add_job(self, run_id: str) -> None:
@@ -220,8 +240,8 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
     @guard
     async def get_run(self, run_id: str) -> RunRecord | None:
         """See ``Backend.get_run``."""
-        raw: Any = await self.client.hgetall(keys.run_key(run_id))
-        return decode_record(raw)
+        (raw,) = await self._commands(("HGETALL", keys.run_key(run_id)))
+        return decode_record(pairs(raw))
 
     @guard
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
@@ -298,19 +318,16 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
     @guard
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
         """See ``Backend.read_events``."""
-        rows: Any = await self.client.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+",
-                                        count=limit)
+        (rows,) = await self._commands(_xrange(run_id, after, limit))
         return _stored(rows)
 
     @guard
     async def get_run_and_events(self, run_id: str, after: int, limit: int
                                  ) -> tuple[RunRecord | None, list[StoredEvent]]:
-        """See ``Backend.get_run_and_events``: HGETALL and XRANGE in one pipeline."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.run_key(run_id))
-            pipe.xrange(keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+", count=limit)
-            raw, rows = await pipe.execute()
-        return decode_record(raw), _stored(rows)
+        """See ``Backend.get_run_and_events``: HGETALL and XRANGE in one round trip."""
+        raw, rows = await self._commands(("HGETALL", keys.run_key(run_id)),
+                                         _xrange(run_id, after, limit))
+        return decode_record(pairs(raw)), _stored(rows)
 
     async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
         """See ``Backend.wait_events`` (woken by the process's one notify listener, which also
@@ -340,7 +357,8 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
     @guard
     async def cancel_requested(self, run_id: str) -> bool:
         """See ``Backend.cancel_requested``."""
-        return bool(await self.client.hget(keys.run_key(run_id), "cancel"))
+        (flag,) = await self._commands(("HGET", keys.run_key(run_id), "cancel"))
+        return bool(flag)
 
     async def wait_cancel(self, run_id: str) -> None:
         """See ``Backend.wait_cancel``."""
@@ -360,5 +378,27 @@ async def _quietly(check: Awaitable[bool]) -> bool:
         return False
 
 
+def _xrange(run_id: str, after: int, limit: int) -> tuple[str, ...]:
+    return ("XRANGE", keys.events_key(run_id), f"{max(after, 0) + 1}-0", "+", "COUNT", str(limit))
+
+
+def _flat(mapping: dict[str | bytes, bytes]) -> list[str | bytes]:
+    """A field/value mapping as HSET's arguments."""
+    return [item for pair in mapping.items() for item in pair]
+
+
+def pairs(raw: Any) -> dict[bytes, bytes]:
+    """An HGETALL reply as a dict: redis-py's dict, or RESP2's flat list of fields and values."""
+    if isinstance(raw, dict):
+        return raw
+    return dict(zip(raw[::2], raw[1::2], strict=True))
+
+
 def _stored(rows: Any) -> list[StoredEvent]:
-    return [StoredEvent(int(eid.split(b"-", 1)[0]), f[b"t"].decode(), f[b"d"]) for eid, f in rows]
+    """XRANGE rows (each entry's fields a dict from redis-py, a flat list from RESP2)."""
+    return [StoredEvent(int(eid.split(b"-", 1)[0]), *_event_fields(f)) for eid, f in rows]
+
+
+def _event_fields(fields: Any) -> tuple[str, bytes]:
+    f = pairs(fields)
+    return f[b"t"].decode(), f[b"d"]

@@ -36,6 +36,8 @@ class RedisDispatch:
 
         async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any: ...
 
+        async def _commands(self, *commands: tuple[str | bytes, ...]) -> list[Any]: ...
+
         async def _ensure_group(self) -> None: ...
 
         async def _add_job(self, run_id: str) -> None: ...
@@ -139,10 +141,8 @@ class RedisDispatch:
     async def _drop_job(self, entry_id: bytes | str) -> None:
         if not entry_id:
             return
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.xack(keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id)
-            pipe.xdel(keys.JOBS_STREAM, entry_id)
-            await pipe.execute()
+        await self._commands(("XACK", keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id),
+                             ("XDEL", keys.JOBS_STREAM, entry_id))
 
     @guard
     async def heartbeat(self, worker: str) -> None:

@@ -9,16 +9,22 @@ of one event-loop tick goes out in one write, hiredis parses the replies in the 
 ``data_received`` and each resolves its caller's future there::
 
     tick: call A, call B ─▶ one write: EVALSHA A, EVALSHA B ─▶ replies in order ─▶ A, B resolved
+    tick: commands([HGETALL …], [XRANGE …]) ─▶ in the same write ─▶ one list of replies
     no connection yet ─▶ connect (AUTH, SELECT) once; calls made meanwhile go out after it
     connection lost / no reply in ``timeout`` s ─▶ each call in flight is sent once more on a
         new connection (redis-py's pipeline retries once too), then fails with redis-py's
         ``ConnectionError`` / ``TimeoutError``
     NOSCRIPT (Redis restarted) ─▶ that call runs through the script object, which loads it
 
-Replies and errors are those redis-py gives (its parser's error classes: ``ResponseError``
-carries ``FENCED``, ``NOTFOUND``, … as before), so ``redis_errors.guard`` maps them alike. Used
-where the lean notes reader is (``lean_params``: plain TCP or unix socket, RESP2, bytes
-replies, no credential provider); anything else keeps ``ScriptPipeline``.
+``commands`` sends plain commands the same way: what each run does besides its scripts (its
+create, its record and first page of events per subscriber, its cancel flag, its job's
+removal). Through redis-py each was a round trip of its own at redis-py's per-command cost, and
+a burst of new runs opened a pool connection per concurrent request. Their replies are RESP2's
+as hiredis reads them (``HGETALL`` a flat list, not redis-py's dict). Replies and errors are
+those redis-py gives (its parser's error classes: ``ResponseError`` carries ``FENCED``,
+``NOTFOUND``, … as before), so ``redis_errors.guard`` maps them alike. Used where the lean
+notes reader is (``lean_params``: plain TCP or unix socket, RESP2, bytes replies, no
+credential provider); anything else keeps ``ScriptPipeline`` and redis-py's commands.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import hiredis
@@ -44,13 +50,29 @@ RETRY_AFTER = 0.02
 """Seconds before calls a lost connection failed are sent again (redis-py's backoff base)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Call:
-    script: AsyncScript
+    """A script call (``script``), or plain ``commands`` sent together (``script`` None) whose
+    replies are gathered in ``replies`` until each has one."""
+
+    script: AsyncScript | None
     keys: list[Any]
     args: list[Any]
     future: asyncio.Future[Any]
     retried: bool = False
+    commands: tuple[tuple[str | bytes, ...], ...] = ()
+    replies: list[Any] = field(default_factory=list)
+
+    def payload(self) -> bytes:
+        """What is written for this call (``DataError``: its arguments cannot be sent)."""
+        if self.script is not None:
+            return evalsha(self.script.sha, self.keys, self.args)
+        self.replies = []  # sent (again): the replies of an earlier send are void
+        return b"".join(command(*c) for c in self.commands)
+
+    def expects(self) -> int:
+        """How many replies this call's payload gets."""
+        return 1 if self.script is not None else len(self.commands)
 
 
 def _arg(value: Any) -> bytes:
@@ -147,11 +169,24 @@ class LeanScripts:
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """Run ``script`` with ``keys``/``args`` in the next write; its result or error."""
+        return await self._queue(script, keys, args, ())
+
+    async def commands(self, *commands: tuple[str | bytes, ...]) -> list[Any]:
+        """``commands`` in the next write, in order; their replies (RESP2, as hiredis reads
+        them), or the first error reply once every command has answered (as a redis-py
+        pipeline raises it). Lost connection: sent once more, as a whole."""
+        if not commands:
+            return []
+        replies: list[Any] = await self._queue(None, [], [], commands)
+        return replies
+
+    async def _queue(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
+                     commands: tuple[tuple[str | bytes, ...], ...]) -> Any:
         if self._closed:
             raise RedisConnectionError("the script connection is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(script, keys, args, future))
+        self._pending.append(_Call(script, keys, args, future, commands=commands))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush_soon)
@@ -175,17 +210,18 @@ class LeanScripts:
             if self._connecting is None:
                 self._connecting = asyncio.create_task(self._connect())
             return
-        commands, sending = [], []
+        payloads, sending = [], []
         for c in calls:
             try:
-                commands.append(evalsha(c.script.sha, c.keys, c.args))
-                sending.append(c)
+                payloads.append(c.payload())
             except DataError as exc:  # this call's arguments cannot be sent: only it fails
                 c.future.set_exception(exc)
+                continue
+            sending += [c] * c.expects()  # one entry per reply it gets
         if not sending:
             return
         loop = asyncio.get_running_loop()
-        conn.send(b"".join(commands), sending, loop.time())
+        conn.send(b"".join(payloads), sending, loop.time())
         if self._timer is None:
             self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
 
@@ -227,6 +263,15 @@ class LeanScripts:
                     waiting.set_result(reply)
             return
         future = waiting.future
+        if waiting.script is None:  # plain commands: settled once each has its reply
+            waiting.replies.append(reply)
+            if len(waiting.replies) == len(waiting.commands) and not future.done():
+                error = next((r for r in waiting.replies if isinstance(r, Exception)), None)
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(waiting.replies)
+            return
         if future.done():
             return
         if isinstance(reply, NoScriptError):
@@ -246,7 +291,7 @@ class LeanScripts:
             conn.transport.abort()
         if self._conn is conn:
             self._conn = None
-        sent = [w for _, w in conn.sent]
+        sent = list(dict.fromkeys(w for _, w in conn.sent))  # a call of N commands: N entries
         conn.sent.clear()
         for waiting in sent:
             if isinstance(waiting, asyncio.Future) and not waiting.done():

@@ -19,6 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.backends.redis import RedisBackend
 from app.backends.redis_lean_scripts import LeanScripts, evalsha
 from app.backends.redis_notes_reader import LeanParams, lean_params
+from app.events import RunCreated
+from tests.backends.helpers import record
 
 ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return ARGV[1]"
 GET = "return redis.call('GET', KEYS[1])"
@@ -171,8 +173,96 @@ async def test_nothing_listening_is_a_connection_error(client: Redis) -> None:
 
 
 async def test_the_backend_takes_the_lean_path_on_a_plain_url(
-        redis_backend: RedisBackend) -> None:
+        redis_backend: RedisBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(redis_backend._pipeline, LeanScripts)
+
+    def no_redis_py(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a per-run command went through redis-py's pool")
+
+    # what every run does outside its scripts: created, its record and events read, its
+    # cancel flag checked, its job dropped; all of it on the lean connection
+    monkeypatch.setattr(redis_backend.client, "execute_command", no_redis_py)
+    monkeypatch.setattr(redis_backend.client, "pipeline", no_redis_py)
+    rec, created = await redis_backend.create_run(record(), first_event=RunCreated(model="m"))
+    assert created
+    got, events = await redis_backend.get_run_and_events(rec.id, 0, 10)
+    assert got is not None and got.id == rec.id and [e.type for e in events] == ["run_created"]
+    assert (await redis_backend.get_run(rec.id)) == got
+    assert [e.seq for e in await redis_backend.read_events(rec.id, 0)] == [1]
+    assert await redis_backend.cancel_requested(rec.id) is False
+    await redis_backend._drop_job(b"0-1")
+    assert await redis_backend.get_run("run_missing") is None
+
+
+async def test_plain_commands_share_the_tick_with_script_calls(client: Redis) -> None:
+    await client.hset("lean:h", mapping={"a": "1", "b": "2"})
+    await client.xadd("lean:s", {"t": "x"}, id="1-0")
+    await client.set("lean:text", "not a number")
+    script = client.register_script(ECHO)
+    scripts = _lean(client)
+    await scripts.call(script, ["k"], ["warm"])
+    conn = scripts._conn
+    assert conn is not None
+    writes = 0
+    real_send = conn.send
+
+    def counting_send(*args: Any) -> None:
+        nonlocal writes
+        writes += 1
+        real_send(*args)
+
+    conn.send = counting_send  # type: ignore[method-assign]
+    results = await asyncio.gather(
+        scripts.call(script, ["k"], ["before"]),
+        scripts.commands(("HGETALL", "lean:h"), ("XRANGE", "lean:s", "-", "+"),
+                         ("HGET", "lean:h", "missing")),
+        scripts.commands(("INCR", "lean:text"), ("GET", "lean:text")),
+        scripts.call(script, ["k"], ["after"]),
+        return_exceptions=True)
+    assert writes == 1
+    assert results[0] == b"before" and results[3] == b"after"
+    # RESP2 as hiredis reads it: HGETALL a flat list, XRANGE [id, [field, value…]], nil None
+    assert results[1] == [[b"a", b"1", b"b", b"2"], [[b"1-0", [b"t", b"x"]]], None]
+    # an error reply fails its batch (as a redis-py pipeline raises), after every reply came
+    assert isinstance(results[2], ResponseError) and "not an integer" in str(results[2])
+    assert await scripts.commands(("GET", "lean:text")) == [b"not a number"]
+    assert await scripts.commands() == []
+    await scripts.close()
+    await client.delete("lean:h", "lean:s", "lean:text")
+
+
+async def test_a_batch_cut_off_midway_is_sent_again_whole(client: Redis) -> None:
+    """The first connection answers one of the batch's two commands and closes; the batch
+    goes out again and its caller gets the second connection's two replies, not a mix."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            if await reader.read(65536):
+                writer.write(b":1\r\n" if connections == 1 else b":2\r\n:3\r\n")
+                await writer.drain()
+            if connections == 1:
+                return
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    params = LeanParams(host="127.0.0.1", port=port, path=None, username=None, password=None,
+                        connect_timeout=1.0)
+    scripts = LeanScripts(client, params, timeout=5.0)
+    async with asyncio.timeout(30):
+        assert await scripts.commands(("INCR", "a"), ("INCR", "b")) == [2, 3]
+    assert connections == 2
+    await scripts.close()
+    server.close()
+    await server.wait_closed()
 
 
 async def test_a_user_and_password_in_the_url_authenticate(client: Redis,
