@@ -21,9 +21,17 @@ everything when the run closes or is fenced out::
 A backend whose writes never wait (``append_now``: the in-process one) is written without the
 writer task: ``emit`` schedules one callback for the end of the loop's current step, which takes
 everything buffered by then (so a ``message_end`` and the acks registered right after it still
-share a batch) and writes it in place, one task wake-up fewer per frame. Anything else (the run
-ending, fenced out, a failed write) goes to the writer task, as do all writes while it is busy,
-so batches keep their order.
+share a batch) and writes it in place, one task wake-up fewer per frame. A backend that answers
+later but can send without a coroutine (``append_soon``: Redis on its lean connection) is
+written from that callback too; one such write is out at a time, and its answer (a callback,
+no task) sends what was emitted meanwhile::
+
+    emit ─ end of step: send batch 1 ─ emit emit ─ answer 1: send batch 2 (both) ─ answer 2
+
+While streaming fast (the last write answered less than ``flush_interval`` ago) the writer
+task takes over and spaces the writes. Anything else (the run ending, fenced out, a failed
+write: retried by the writer, same batch) goes to the writer task, which first waits for the
+write that is out, as do all writes while it is busy, so batches keep their order.
 
 A retried batch carries the same ``token``, so a write whose reply was lost is not applied
 twice. ``FencedOut`` ends the writer: the run belongs to another worker now. The depth-0
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -58,6 +67,16 @@ class AppendsNow(Protocol):
     """A backend that applies a batch without waiting (``append_events`` without the await)."""
 
     def append_now(self, run_id: str, attempt: int | None, batch: EventBatch) -> int: ...
+
+
+class AppendsSoon(Protocol):
+    """A backend that sends a batch without a coroutine and calls ``done(last_seq, None)`` or
+    ``done(0, error)`` when the store answers; the future it returns (None: it cannot send
+    so now) is settled right after that call."""
+
+    def append_soon(self, run_id: str, attempt: int | None, batch: EventBatch,
+                    done: Callable[[int, BaseException | None], None]
+                    ) -> asyncio.Future[Any] | None: ...
 
 
 class EventSink:
@@ -90,6 +109,12 @@ class EventSink:
         self._settling: set[str] = set()
         self._now: Callable[[str, int | None, EventBatch], int] | None = (
             backend.append_now if _appends_now(backend) else None)
+        self._soon_backend: AppendsSoon | None = (
+            backend if self._now is None and _appends_soon(backend) else None)
+        self._inflight: asyncio.Future[Any] | None = None
+        """The in-place write on its way (``append_soon``): the next waits for its reply."""
+        self._last_write = -float("inf")
+        """When the last write (in place or by the writer) was answered (loop time)."""
         self._soon: asyncio.Handle | None = None
         self._loop = asyncio.get_running_loop()
         """Kept: ``asyncio.get_running_loop()`` checks the pid (a ``getpid`` syscall on
@@ -141,8 +166,8 @@ class EventSink:
     def _kick(self) -> None:
         """Have what is buffered written: in place at the end of this loop step when the
         backend allows it and the writer is idle, else by the writer task."""
-        if self._now is not None and not self._writing:
-            if self._soon is None:
+        if (self._now is not None or self._soon_backend is not None) and not self._writing:
+            if self._soon is None and self._inflight is None:  # else its reply writes it
                 self._soon = self._loop.call_soon(self._write_now)
         elif not self._wake.is_set():
             self._wake.set()
@@ -156,9 +181,14 @@ class EventSink:
                 or self._retry is not None or self._ending()):
             self._wake.set()
             return
-        if not (self._buf or self._acks or self._fields):
+        if self._inflight is not None or not (self._buf or self._acks or self._fields):
             return
-        assert self._now is not None
+        if self._now is None:
+            if self._loop.time() - self._last_write < self.flush_interval:
+                self._wake.set()  # streaming fast: the writer spaces the writes
+                return
+            self._send_now(self._take_batch())
+            return
         batch = self._take_batch()
         try:
             self.last_seq = self._now(self.run_id, self.attempt, batch)
@@ -173,12 +203,38 @@ class EventSink:
             return
         self._wake.set()
 
+    def _send_now(self, batch: EventBatch) -> None:
+        """The in-place write to a backend that answers later (``append_soon``): no task
+        wakes for it; its answer sends what was emitted meanwhile."""
+        assert self._soon_backend is not None
+        self._inflight = self._soon_backend.append_soon(
+            self.run_id, self.attempt, batch, functools.partial(self._sent, batch))
+        if self._inflight is None:  # the backend cannot send so now: the writer writes it
+            self._retry = batch
+            self._wake.set()
+
+    def _sent(self, batch: EventBatch, last_seq: int, error: BaseException | None) -> None:
+        self._inflight = None
+        if error is None:
+            self.last_seq = last_seq
+            self._last_write = self._loop.time()
+            self._wrote(batch)
+            if self._buf or self._acks or self._fields:
+                self._kick()
+            return
+        if isinstance(error, BackendError) and not isinstance(error, FencedOut | RunEnded):
+            self._retry = batch  # the writer retries it (same token) before anything newer
+        else:
+            self._failed = error
+        self._wake.set()
+
     async def _writer(self) -> None:
         loop = asyncio.get_running_loop()
-        last_write = -float("inf")
         while True:
             await self._wake.wait()
-            gap = self.flush_interval - (loop.time() - last_write)
+            while self._inflight is not None:  # its answer first: batches keep their order
+                await asyncio.wait([self._inflight])
+            gap = self.flush_interval - (loop.time() - self._last_write)
             if gap > 0 and not self._hurry.is_set():
                 # streaming fast: let this batch gather more events (close and fencing cut
                 # the wait short)
@@ -197,7 +253,7 @@ class EventSink:
                 continue  # agent_end waits for close(): the run's final fields go with it
             if self._buf or self._acks or self._fields:
                 await self._write_alone(self._take_batch())
-                last_write = loop.time()
+                self._last_write = loop.time()
             if self._closing and not (self._buf or self._acks or self._fields):
                 return
 
@@ -276,6 +332,10 @@ def _past_tools(message: Any) -> bool:
 
 def _appends_now(backend: Backend) -> TypeGuard[AppendsNow]:
     return callable(getattr(backend, "append_now", None))
+
+
+def _appends_soon(backend: Backend) -> TypeGuard[AppendsSoon]:
+    return callable(getattr(backend, "append_soon", None))
 
 
 STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",

@@ -22,7 +22,8 @@ reads block at most 1 s, well under the 5 s socket timeout.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
@@ -49,7 +50,7 @@ from app.backends.base import (
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
 from app.backends.redis_dispatch import RedisDispatch
-from app.backends.redis_errors import guard
+from app.backends.redis_errors import guard, mapped
 from app.backends.redis_lean_scripts import LeanScripts
 from app.backends.redis_notes_reader import lean_params
 from app.backends.redis_notify import Notifier
@@ -300,6 +301,25 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
     @guard
     async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
         """See ``Backend.append_events``: one APPEND script (XADD ``<seq>-0`` per event)."""
+        run_keys, args = self._append_call(run_id, attempt, batch)
+        return int(await self._run("APPEND", run_keys, args))
+
+    def append_soon(self, run_id: str, attempt: int | None, batch: EventBatch,
+                    done: Callable[[int, BaseException | None], None]
+                    ) -> asyncio.Future[Any] | None:
+        """``append_events`` without a coroutine (``run_sink.AppendsSoon``), on the lean
+        connection; None without one. ``done(last_seq, None)``, or ``done(0, error)`` with the
+        backend's exception, once Redis answers; the future returned is settled right after (wait
+        on it; its own result is the raw reply, its error redis-py's)."""
+        if not isinstance(self._pipeline, LeanScripts):
+            return None
+        run_keys, args = self._append_call(run_id, attempt, batch)
+        future = self._pipeline.call_soon(self._s["APPEND"], run_keys, args)
+        future.add_done_callback(functools.partial(_appended, done))
+        return future
+
+    def _append_call(self, run_id: str, attempt: int | None, batch: EventBatch
+                     ) -> tuple[list[str], list[Any]]:
         args: list[Any] = [
             "" if attempt is None else attempt, batch.token or "", len(batch.events),
             len(batch.checkpoint), len(batch.acks), len(batch.fields or {}),
@@ -313,7 +333,7 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
             args += (name, value)
         run_keys = [keys.run_key(run_id), keys.events_key(run_id), keys.checkpoint_key(run_id),
                     keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")]
-        return int(await self._run("APPEND", run_keys, args))
+        return run_keys, args
 
     @guard
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
@@ -376,6 +396,16 @@ async def _quietly(check: Awaitable[bool]) -> bool:
         return await check
     except BackendError:
         return False
+
+
+def _appended(done: Callable[[int, BaseException | None], None],
+              future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        done(0, BackendError("redis: the write was cancelled"))
+    elif (error := future.exception()) is not None:
+        done(0, mapped(error))
+    else:
+        done(int(future.result()), None)
 
 
 def _xrange(run_id: str, after: int, limit: int) -> tuple[str, ...]:

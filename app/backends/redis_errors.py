@@ -21,16 +21,26 @@ def guard(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any,
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return await fn(*args, **kwargs)
-        except ResponseError as exc:
-            text = str(exc)
-            if "FENCED" in text:
-                raise FencedOut(text) from None
-            if "NOTFOUND" in text:
-                raise RunNotFound(text) from None
-            if "ENDED" in text:
-                raise RunEnded(text) from None
-            raise BackendError(text) from exc
         except (RedisError, RedisClusterException, OSError) as exc:
-            raise BackendError(f"redis: {exc}") from exc
+            error = mapped(exc)
+            if isinstance(error, FencedOut | RunNotFound | RunEnded):
+                raise error from None
+            raise error from exc
 
     return wrapper
+
+
+def mapped(exc: BaseException) -> BaseException:
+    """The backend's exception for a Redis failure (anything else unchanged)."""
+    if isinstance(exc, ResponseError):
+        text = str(exc)
+        if "FENCED" in text:
+            return FencedOut(text)
+        if "NOTFOUND" in text:
+            return RunNotFound(text)
+        if "ENDED" in text:
+            return RunEnded(text)
+        return BackendError(text)
+    if isinstance(exc, RedisError | RedisClusterException | OSError):
+        return BackendError(f"redis: {exc}")
+    return exc

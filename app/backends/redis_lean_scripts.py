@@ -182,15 +182,23 @@ class LeanScripts:
 
     async def _queue(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
                      commands: tuple[tuple[str | bytes, ...], ...]) -> Any:
-        if self._closed:
-            raise RedisConnectionError("the script connection is closed")
+        return await self.call_soon(script, keys, args, commands)
+
+    def call_soon(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
+                  commands: tuple[tuple[str | bytes, ...], ...] = ()) -> asyncio.Future[Any]:
+        """``call`` (or ``commands``) without a coroutine: the future its reply settles (the
+        sink's in-place writes, ``RedisBackend.append_soon``)."""
         loop = asyncio.get_running_loop()
+        if self._closed:
+            failed: asyncio.Future[Any] = loop.create_future()
+            failed.set_exception(RedisConnectionError("the script connection is closed"))
+            return failed
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(script, keys, args, future, commands=commands))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush_soon)
-        return await future
+        return future
 
     def _flush_soon(self) -> None:
         self._scheduled = False

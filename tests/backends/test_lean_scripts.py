@@ -16,11 +16,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends.base import FencedOut
 from app.backends.redis import RedisBackend
 from app.backends.redis_lean_scripts import LeanScripts, evalsha
 from app.backends.redis_notes_reader import LeanParams, lean_params
 from app.events import RunCreated
-from tests.backends.helpers import record
+from tests.backends.helpers import batch, created_and_claimed, record
 
 ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return ARGV[1]"
 GET = "return redis.call('GET', KEYS[1])"
@@ -284,3 +285,21 @@ async def test_a_user_and_password_in_the_url_authenticate(client: Redis,
             await user.aclose()
     finally:
         await client.acl_deluser("lean-user")
+
+
+async def test_append_soon_answers_through_its_callback(redis_backend: RedisBackend) -> None:
+    """The sink's in-place write (``append_soon``): the new last seq, or the backend's own
+    exception (FENCED → ``FencedOut``), handed to ``done`` before the future settles."""
+    claim = await created_and_claimed(redis_backend)
+    answers: list[tuple[int, BaseException | None]] = []
+    future = redis_backend.append_soon(claim.run_id, claim.attempt, batch("a", "b"),
+                                       lambda seq, error: answers.append((seq, error)))
+    assert future is not None
+    await asyncio.wait([future])  # waited on, never read: the answer is the callback's
+    assert answers == [(2, None)]
+    stale = redis_backend.append_soon(claim.run_id, claim.attempt - 1, batch("c"),
+                                      lambda seq, error: answers.append((seq, error)))
+    assert stale is not None
+    await asyncio.wait([stale])
+    assert answers[1][0] == 0 and isinstance(answers[1][1], FencedOut)
+    assert [e.seq for e in await redis_backend.read_events(claim.run_id, 0)] == [1, 2]
