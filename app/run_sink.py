@@ -209,7 +209,8 @@ class EventSink:
         assert self._soon_backend is not None
         self._inflight = self._soon_backend.append_soon(
             self.run_id, self.attempt, batch, functools.partial(self._sent, batch))
-        if self._inflight is None:  # the backend cannot send so now: the writer writes it
+        if self._inflight is None:  # the backend cannot (not on its lean connection): the
+            self._soon_backend = None  # writer writes this batch and every later one
             self._retry = batch
             self._wake.set()
 
@@ -232,8 +233,7 @@ class EventSink:
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
-            while self._inflight is not None:  # its answer first: batches keep their order
-                await asyncio.wait([self._inflight])
+            await self._after_inflight()
             gap = self.flush_interval - (loop.time() - self._last_write)
             if gap > 0 and not self._hurry.is_set():
                 # streaming fast: let this batch gather more events (close and fencing cut
@@ -241,6 +241,7 @@ class EventSink:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(gap):
                         await self._hurry.wait()
+                await self._after_inflight()  # one may have gone out in place meanwhile
             self._wake.clear()
             if self._failed is not None:
                 raise self._failed
@@ -256,6 +257,11 @@ class EventSink:
                 self._last_write = loop.time()
             if self._closing and not (self._buf or self._acks or self._fields):
                 return
+
+    async def _after_inflight(self) -> None:
+        """Wait for the in-place write that is out, if any: batches keep their order."""
+        while self._inflight is not None:
+            await asyncio.wait([self._inflight])
 
     def _ending(self) -> bool:
         last = self._buf[-1][0] if self._buf else None

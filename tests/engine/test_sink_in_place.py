@@ -143,3 +143,24 @@ async def test_a_fast_stream_keeps_the_flush_interval() -> None:
     await asyncio.wait_for(sink.close(), 5.0)  # ... until the run closes
     assert [[t for t, _ in b.events] for b in store.by_writer] == [["turn_start", "agent_end"]]
     assert store.log == ["turn 1", "turn 2", "agent_end"]
+
+
+class LaterStore(AnsweringStore):
+    """A backend that has ``append_soon`` but cannot use it (Redis off its lean connection)."""
+
+    def append_soon(self, run_id: str, attempt: int | None, batch: EventBatch,
+                    done: Done) -> asyncio.Future[Any] | None:  # type: ignore[override]
+        self.refused = getattr(self, "refused", 0) + 1
+        return None
+
+
+async def test_a_backend_that_cannot_send_in_place_is_written_by_the_writer() -> None:
+    store = LaterStore()
+    sink = EventSink(store, "r", 1)  # type: ignore[arg-type]
+    for n in (1, 2, 3):
+        sink.emit(_turn(n))
+        await _steps(6)
+    sink.emit(_end())
+    await asyncio.wait_for(sink.close(), 5.0)
+    assert store.refused == 1  # asked once, then the writer writes everything
+    assert store.log == ["turn 1", "turn 2", "turn 3", "agent_end"] and sink.last_seq == 4
