@@ -186,30 +186,26 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
             if first is not None:
                 return first, False
         await self._ensure_group()
-
-        def write_run(pipe: Any) -> None:
-            if first_event is not None:
-                record.last_seq = 1
-                type_, data = first_event_body(record.id, first_event)
-                pipe.xadd(keys.events_key(record.id), {"t": type_, "d": data}, id="1-0")
-            mapping: Any = encode_record(record)
-            pipe.hset(keys.run_key(record.id), mapping=mapping)
-
+        run_writes: list[tuple[str | bytes, ...]] = []
+        if first_event is not None:
+            record.last_seq = 1
+            type_, data = first_event_body(record.id, first_event)
+            run_writes.append(("XADD", keys.events_key(record.id), "1-0", "t", type_, "d", data))
+        run_writes.append(("HSET", keys.run_key(record.id), *_flat(encode_record(record))))
         if self._nodes is not None:  # the run's slot, confirmed, strictly before its job
-            await self._nodes.durable(keys.run_key(record.id), write_run)
+            def fill(pipe: Any) -> None:
+                for command in run_writes:
+                    pipe.execute_command(*command)
+
+            await self._nodes.durable(keys.run_key(record.id), fill)
             await self.client.zadd(keys.tenant_runs_key(record.tenant),
                                    {record.id: record.created_at})
             await self._add_job(record.id)
             return record, True
-        commands: list[tuple[str | bytes, ...]] = []  # in order: the job last
-        if first_event is not None:
-            record.last_seq = 1
-            type_, data = first_event_body(record.id, first_event)
-            commands.append(("XADD", keys.events_key(record.id), "1-0", "t", type_, "d", data))
-        commands += [("HSET", keys.run_key(record.id), *_flat(encode_record(record))),
-                     ("ZADD", keys.tenant_runs_key(record.tenant), repr(record.created_at),
-                      record.id),
-                     ("XADD", keys.JOBS_STREAM, "*", "run", record.id)]
+        commands = [*run_writes,  # in order: the job last
+                    ("ZADD", keys.tenant_runs_key(record.tenant), repr(record.created_at),
+                     record.id),
+                    ("XADD", keys.JOBS_STREAM, "*", "run", record.id)]
         await self._commands(*commands)
         return record, True
 

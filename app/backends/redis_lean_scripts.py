@@ -169,7 +169,7 @@ class LeanScripts:
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """Run ``script`` with ``keys``/``args`` in the next write; its result or error."""
-        return await self._queue(script, keys, args, ())
+        return await self.call_soon(script, keys, args)
 
     async def commands(self, *commands: tuple[str | bytes, ...]) -> list[Any]:
         """``commands`` in the next write, in order; their replies (RESP2, as hiredis reads
@@ -177,12 +177,8 @@ class LeanScripts:
         pipeline raises it). Lost connection: sent once more, as a whole."""
         if not commands:
             return []
-        replies: list[Any] = await self._queue(None, [], [], commands)
+        replies: list[Any] = await self.call_soon(None, [], [], commands)
         return replies
-
-    async def _queue(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
-                     commands: tuple[tuple[str | bytes, ...], ...]) -> Any:
-        return await self.call_soon(script, keys, args, commands)
 
     def call_soon(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
                   commands: tuple[tuple[str | bytes, ...], ...] = ()) -> asyncio.Future[Any]:

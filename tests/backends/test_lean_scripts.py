@@ -38,6 +38,21 @@ def _lean(client: Redis, timeout: float = 5.0) -> LeanScripts:
     return LeanScripts(client, params, timeout=timeout)
 
 
+def _count_writes(scripts: LeanScripts) -> list[int]:
+    """A one-item list counting the writes on ``scripts``' current connection from now on."""
+    conn = scripts._conn
+    assert conn is not None
+    writes = [0]
+    real_send = conn.send
+
+    def counting_send(*args: Any) -> None:
+        writes[0] += 1
+        real_send(*args)
+
+    conn.send = counting_send  # type: ignore[method-assign]
+    return writes
+
+
 def test_commands_are_written_as_redis_py_packs_them() -> None:
     conn = Connection()
     args = ["k1", b"k2", "x\u00e9", b"\x00\xff", 42, -7, 1.5, 0.1]
@@ -63,20 +78,10 @@ async def test_a_tick_is_one_write_and_errors_stay_with_their_call(client: Redis
         str(n).encode() for n in range(20)]
     assert (await client.info("commandstats"))["cmdstat_evalsha"]["calls"] - before >= 21
 
-    writes = 0
-    conn = scripts._conn
-    assert conn is not None
-    real_send = conn.send
-
-    def counting_send(*args: Any) -> None:
-        nonlocal writes
-        writes += 1
-        real_send(*args)
-
-    conn.send = counting_send  # type: ignore[method-assign]
+    writes = _count_writes(scripts)
     assert await asyncio.gather(*(scripts.call(script, ["k"], [str(n)]) for n in range(10))) \
         == [str(n).encode() for n in range(10)]
-    assert writes == 1  # ten calls of one tick: one write, replies matched in order
+    assert writes == [1]  # ten calls of one tick: one write, replies matched in order
     await scripts.close()
     with pytest.raises(RedisConnectionError):
         await scripts.call(script, ["k"], ["late"])
@@ -202,17 +207,7 @@ async def test_plain_commands_share_the_tick_with_script_calls(client: Redis) ->
     script = client.register_script(ECHO)
     scripts = _lean(client)
     await scripts.call(script, ["k"], ["warm"])
-    conn = scripts._conn
-    assert conn is not None
-    writes = 0
-    real_send = conn.send
-
-    def counting_send(*args: Any) -> None:
-        nonlocal writes
-        writes += 1
-        real_send(*args)
-
-    conn.send = counting_send  # type: ignore[method-assign]
+    writes = _count_writes(scripts)
     results = await asyncio.gather(
         scripts.call(script, ["k"], ["before"]),
         scripts.commands(("HGETALL", "lean:h"), ("XRANGE", "lean:s", "-", "+"),
@@ -220,7 +215,7 @@ async def test_plain_commands_share_the_tick_with_script_calls(client: Redis) ->
         scripts.commands(("INCR", "lean:text"), ("GET", "lean:text")),
         scripts.call(script, ["k"], ["after"]),
         return_exceptions=True)
-    assert writes == 1
+    assert writes == [1]
     assert results[0] == b"before" and results[3] == b"after"
     # RESP2 as hiredis reads it: HGETALL a flat list, XRANGE [id, [field, value…]], nil None
     assert results[1] == [[b"a", b"1", b"b", b"2"], [[b"1-0", [b"t", b"x"]]], None]
