@@ -123,6 +123,7 @@ class EventSink:
         """The writer task is writing: everything else waits for it (order)."""
         self._failed: BaseException | None = None
         self._retry: EventBatch | None = None
+        self._stopped = False
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
                                                             name=f"sink-{run_id}")
 
@@ -154,6 +155,15 @@ class EventSink:
         self._hurry.set()
         self._wake.set()
 
+    async def stop(self) -> None:
+        """Write nothing more (its runner crashed): the writer is cancelled, what is buffered
+        or emitted later is dropped, and an in-place write already out is waited for, so
+        nothing of this sink lands after this returns."""
+        self._stopped = True
+        if not self.task.done():
+            self.task.cancel()
+        await self._after_inflight()
+
     async def close(self, **final: Any) -> None:
         """Write everything still buffered (with ``final`` fields) and stop the writer.
         Raises ``FencedOut`` if the run was taken over."""
@@ -175,7 +185,7 @@ class EventSink:
     def _write_now(self) -> None:
         """The in-place write (see the module docstring); anything unusual goes to the writer."""
         self._soon = None
-        if self.task.done():
+        if self._stopped or self.task.done():
             return  # the run stopped (cancelled, fenced out): nothing more is written
         if (self._fenced or self._closing or self._writing or self._failed is not None
                 or self._retry is not None or self._ending()):

@@ -115,6 +115,9 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
                  claim.attempt)
     except RunEnded:
         log.info("run %s: already ended; attempt %d stops", claim.run_id, claim.attempt)
+    except Exception as exc:
+        log.exception("run %s: runner crashed", claim.run_id)
+        await _end_after_crash(deps, claim, sink, exc)
     finally:
         metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
@@ -133,6 +136,10 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     verdict = None
     if claim.resumed:  # a woken parked run checkpointed its picks first: never blamed
         verdict = await judge_claim(deps.backend, claim, record, deps.max_attempts)
+        if verdict.lost:
+            log.info("run %s: attempt %d: its worker died %d time(s) in a row without progress "
+                     "(settled messages: %d)", claim.run_id, claim.attempt, verdict.lost,
+                     verdict.settled)
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
     if verdict is not None and verdict.error is not None:
         log.warning("run %s: %s", claim.run_id, verdict.error)
@@ -161,6 +168,8 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         watch.cancel()
         if first is not None:
             first.cancel()
+        if not loop_task.done():  # the runner crashed: its loop must not go on unseen
+            loop_task.cancel()
     if outcome.parked:
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
@@ -189,6 +198,39 @@ async def _end_at_start(deps: RunnerDeps, claim: Claim, sink: EventSink, error: 
     sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
     await sink.close(**_final("error", error, None, Usage()))
     await _finish(deps.backend, claim)
+
+
+CRASH_END_S = 30.0
+"""Longest the run's end after a crash of its runner may take (s)."""
+
+
+async def _end_after_crash(deps: RunnerDeps, claim: Claim, crashed: EventSink,
+                           exc: Exception) -> None:
+    """A bug in the runner ends the run ``failed``, its open starts closed first: the
+    worker's heartbeat keeps its claim alive, so it would otherwise stay ``running`` and its
+    streams would never end. A run that already ended only gets its close and finish."""
+    error = (f"the service failed while driving the run ({type(exc).__name__}); the worker's "
+             "log has the details")
+    sink = EventSink(deps.backend, claim.run_id, claim.attempt)
+    try:
+        async with asyncio.timeout(CRASH_END_S):
+            await crashed.stop()  # nothing of it lands after the log is read
+            state = await retrying(lambda: read_log_state(deps.backend, claim.run_id))
+            if state.ended is not None:
+                await sink.close(**_final(*ended_fields(state.ended)))
+            else:
+                for event in state.closers():
+                    sink.emit(event, checkpoint=False)
+                sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
+                await sink.close(**_final("error", error, None, Usage()))
+            await _finish(deps.backend, claim)
+    except (FencedOut, RunEnded):
+        pass  # another worker owns it, or it ended meanwhile
+    except Exception:
+        log.exception("run %s: could not end it after the crash", claim.run_id)
+    finally:
+        if not sink.task.done():
+            sink.task.cancel()
 
 
 def _suspect(verdict: Verdict | None) -> bool:

@@ -11,11 +11,20 @@ import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 
-from app.attempts import judge
+from app.attempts import judge, settled
 from app.backends import Backend, RunRecord, make_backend
+from app.events import json_bytes
 from providers.fake import FakeProvider
+from providers.messages import (
+    AssistantMessage,
+    TextContent,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 from tests.engine import scripted
 from tests.engine.harness import events, new_record, wait_end, wait_event, worker
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
@@ -25,9 +34,10 @@ MAX_ATTEMPTS = 2
 LIVE = 2
 """Workers alive at once; each one that dies is replaced (up to ``SPAWN_CAP``)."""
 SPAWN_CAP = 2 * MAX_ATTEMPTS + LIVE + 2
-"""More workers than the cap can ever need: deaths are at most ``2 * MAX_ATTEMPTS`` (up to
-``MAX_ATTEMPTS - 1`` before the pick is checkpointed, the attempt that checkpoints it, then
-``MAX_ATTEMPTS`` more), plus room for the innocent run's worker and a lapsed lease."""
+"""More workers than the cap can ever need: the deadly run settles nothing (no tool result, no
+answer), so its deaths are ``MAX_ATTEMPTS`` (where its input and pick land in the checkpoint
+does not matter), plus one per lapsed lease (an attempt fenced out can still run the tool), and
+room for the innocent run's worker."""
 
 
 @pytest.fixture
@@ -50,8 +60,10 @@ async def test_a_run_that_keeps_killing_its_workers_ends_failed(
         rbackend: Backend, redis_url: str, tmp_path: Path) -> None:
     """Workers are replaced as they die (as a supervisor would), so the test does not depend
     on how many deaths a busy machine adds: under load a live worker's lease can lapse, and the
-    attempt fenced out then counts as one without progress, which moves where the pick's
-    checkpoint (the one progress this run makes) falls."""
+    attempt fenced out can still run the deadly tool, a death no claim judges. The checkpoint
+    is written behind the loop, so where the deadly run's input and pick land varies from run
+    to run; neither counts as progress (it once reset the count twice: 5 deaths for a cap of
+    2)."""
     procs: list[subprocess.Popen[bytes]] = []
 
     async def replace_the_dead() -> None:
@@ -79,7 +91,7 @@ async def test_a_run_that_keeps_killing_its_workers_ends_failed(
     with contextlib.suppress(asyncio.CancelledError):
         await supervisor  # a worker that never came up fails the test here
     deaths = codes.count(17)
-    assert 1 <= deaths <= 2 * MAX_ATTEMPTS, codes
+    assert MAX_ATTEMPTS <= deaths <= 2 * MAX_ATTEMPTS, codes  # above MAX_ATTEMPTS: lapsed leases
     assert None in codes  # a worker outlived it all
     assert (end.status, end.stop_reason) == ("failed", "error")
     assert end.error is not None
@@ -92,6 +104,26 @@ async def test_a_run_that_keeps_killing_its_workers_ends_failed(
 
 def record(mark: int, lost: int) -> RunRecord:
     return RunRecord(id="r", tenant="t", progress_mark=mark, lost_attempts=lost)
+
+
+def test_progress_is_a_tool_result_or_an_answer() -> None:
+    """The user's input, a steer and a pick land in the checkpoint behind the loop: a deadly
+    tool can kill workers in between, and none of them is progress."""
+    def stored(message: object) -> dict[str, object]:  # as the sink checkpoints it
+        loaded: dict[str, object] = orjson.loads(json_bytes(message))
+        return loaded
+
+    user = stored(UserMessage(content="please die"))
+    pick = stored(AssistantMessage(content=[TextContent(text="ok"),
+                                            ToolCall(id="c", name="die", arguments={})],
+                                   stop_reason="tool_use"))
+    result = stored(ToolResultMessage(tool_call_id="c", tool_name="die", is_error=True))
+    answer = stored(AssistantMessage(content=[TextContent(text="survived")]))
+    assert settled([]) == settled([user]) == settled([user, pick]) == 0
+    assert settled([user, pick, result]) == 1
+    assert settled([user, pick, result, user, answer]) == 2
+    mark = settled([user])  # live with the input checkpointed, died after the pick landed
+    assert judge(record(mark, 1), settled([user, pick]), 2).error is not None
 
 
 def test_the_verdict_counts_deaths_without_progress_only() -> None:
