@@ -126,6 +126,9 @@ class _Connection(asyncio.Protocol):
                 self._owner.resolve(waiting, reply)
         except InvalidResponse as exc:
             self._owner.broken(self, RedisConnectionError(f"Protocol error: {exc}"))
+            return
+        if not self.sent:
+            self._owner.drained()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -198,8 +201,17 @@ class LeanScripts:
 
     def _flush_soon(self) -> None:
         self._scheduled = False
+        conn = self._conn
+        if conn is not None and conn.sent and conn.usable():
+            return  # a write is out: these go with its last reply (``drained``), together
         calls, self._pending = self._pending, []
         self._send(calls)
+
+    def drained(self) -> None:
+        """Every reply is in: what was queued meanwhile goes out in one write."""
+        if self._pending:
+            calls, self._pending = self._pending, []
+            self._send(calls)
 
     def _send(self, calls: list[_Call]) -> None:
         calls = [c for c in calls if not c.future.done()]  # a caller cancelled: not sent
@@ -297,6 +309,9 @@ class LeanScripts:
             self._conn = None
         sent = list(dict.fromkeys(w for _, w in conn.sent))  # a call of N commands: N entries
         conn.sent.clear()
+        if self._pending and not self._scheduled:  # queued behind that write: send them now
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
         for waiting in sent:
             if isinstance(waiting, asyncio.Future) and not waiting.done():
                 waiting.set_exception(error)

@@ -124,6 +124,42 @@ async def test_a_killed_connection_is_replaced_without_the_caller_noticing(
     await scripts.close()
 
 
+async def test_calls_made_while_a_write_is_out_go_together_after_its_replies(
+        client: Redis) -> None:
+    """One write out at a time: calls of later ticks wait for its replies and then go out in
+    one write (fewer, larger writes when busy). A BLPOP holds the write out; a connection
+    lost meanwhile sends the calls waiting behind it on the next one."""
+    script = client.register_script(ECHO)
+    scripts = _lean(client)
+    await client.delete("lean:list")
+    assert await scripts.call(script, ["k"], ["warm"]) == b"warm"
+    writes = _count_writes(scripts)
+    blocked = scripts.call_soon(None, [], [], (("BLPOP", "lean:list", "10"),))
+    later = []
+    for n in range(5):  # five ticks, each with a call
+        await asyncio.sleep(0)
+        later.append(scripts.call_soon(script, ["k"], [str(n)]))
+    await asyncio.sleep(0.05)
+    assert writes == [1] and not any(f.done() for f in later)
+    await client.rpush("lean:list", "x")
+    assert await asyncio.gather(*later) == [str(n).encode() for n in range(5)]
+    assert await blocked == [[b"lean:list", b"x"]]
+    assert writes == [2]  # the BLPOP's, then the five together
+
+    blocked = scripts.call_soon(None, [], [], (("BLPOP", "lean:list", "10"),))
+    await asyncio.sleep(0)
+    queued = scripts.call_soon(script, ["k"], ["queued"])
+    await asyncio.sleep(0.05)
+    conn = scripts._conn
+    assert conn is not None and conn.transport is not None and not queued.done()
+    host, port = conn.transport.get_extra_info("sockname")[:2]
+    assert await client.client_kill(f"{host}:{port}")
+    assert await asyncio.wait_for(queued, 10) == b"queued"
+    await client.rpush("lean:list", "y")  # the BLPOP, sent again on the new connection
+    assert await asyncio.wait_for(blocked, 10) == [[b"lean:list", b"y"]]
+    await scripts.close()
+
+
 async def _server(handle: str) -> tuple[asyncio.Server, int, list[int]]:
     """A loopback server that reads and never answers (``silent``) or closes at the first
     command (``closing``); the list counts connections."""
