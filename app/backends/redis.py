@@ -47,6 +47,7 @@ from app.backends.base import (
     StoredEvent,
     first_event_body,
 )
+from app.backends.fresh_runs import FreshRuns
 from app.backends.memory import make_cursor, matches, parse_cursor
 from app.backends.redis_cluster import ClusterScripts, NodeClients, cluster_client
 from app.backends.redis_dispatch import RedisDispatch
@@ -109,6 +110,7 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
                               else LeanScripts(self.client, lean, timeout=socket_timeout))
             self.notifier = Notifier(self.client, self.cancel_requested)
         self.feeds = self.notifier.feeds  # live SSE frames from the notes (app.sse_tap)
+        self.fresh_runs = FreshRuns()  # created here: a new stream's first page
         self._s = {name: self.client.register_script(getattr(lua, name)) for name in (
             "APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
             "WITHDRAW", "TAKE", "RELEASE", "CANCEL")}
@@ -187,9 +189,11 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
                 return first, False
         await self._ensure_group()
         run_writes: list[tuple[str | bytes, ...]] = []
+        seq_1: StoredEvent | None = None
         if first_event is not None:
             record.last_seq = 1
             type_, data = first_event_body(record.id, first_event)
+            seq_1 = StoredEvent(1, type_, data)
             run_writes.append(("XADD", keys.events_key(record.id), "1-0", "t", type_, "d", data))
         run_writes.append(("HSET", keys.run_key(record.id), *_flat(encode_record(record))))
         if self._nodes is not None:  # the run's slot, confirmed, strictly before its job
@@ -201,12 +205,13 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
             await self.client.zadd(keys.tenant_runs_key(record.tenant),
                                    {record.id: record.created_at})
             await self._add_job(record.id)
-            return record, True
-        commands = [*run_writes,  # in order: the job last
-                    ("ZADD", keys.tenant_runs_key(record.tenant), repr(record.created_at),
-                     record.id),
-                    ("XADD", keys.JOBS_STREAM, "*", "run", record.id)]
-        await self._commands(*commands)
+        else:
+            await self._commands(*run_writes,  # in order: the job last
+                                 ("ZADD", keys.tenant_runs_key(record.tenant),
+                                  repr(record.created_at), record.id),
+                                 ("XADD", keys.JOBS_STREAM, "*", "run", record.id))
+        if seq_1 is not None:
+            self.fresh_runs.add(record.id, record.tenant, seq_1)
         return record, True
 
     async def _add_job(self, run_id: str) -> None:

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from app.backends.base import TERMINAL
+from app.backends.fresh_runs import FreshRuns
 from app.errors import ApiError, documented
 from app.routes.deps import ServicesDep
 from app.run_view import check_run_id, owned
@@ -58,8 +59,14 @@ async def run_events(run_id: str, request: Request, svc: ServicesDep,
     stream token (``GET /runs/{id}`` returns a fresh one)."""
     who = svc.auth.authenticate(request, stream_run_id=run_id)
     start = max(_seq(after, "after"), _seq(last_event_id, "Last-Event-ID"))
-    # the access check and the first page of the log in one store round trip
     check_run_id(run_id)
+    fresh = getattr(svc.backend, "fresh_runs", None)
+    made = fresh.get(run_id) if isinstance(fresh, FreshRuns) and start == 0 else None
+    if made is not None and made.tenant == who.tenant:
+        # created by this process a moment ago: its first event is known, the log follows
+        return event_stream(svc.backend, run_id, 0, ping=svc.settings.sse_ping_seconds,
+                            retry=svc.settings.sse_retry_seconds, first=[made.first])
+    # the access check and the first page of the log in one store round trip
     record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
     ended = owned(record, run_id, who.tenant).status in TERMINAL
     if ended and not first:

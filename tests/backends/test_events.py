@@ -100,6 +100,13 @@ async def test_the_first_event_is_written_with_the_run(backend: Backend) -> None
     assert created and [(e.seq, e.type) for e in events] == [(1, "run_created")]
     data = orjson.loads(events[0].data)
     assert data["seq"] == 1 and data["status"] == "queued" and data["run_id"] == rec.id
+    fresh = getattr(backend, "fresh_runs", None)  # a store across the network remembers it
+    if fresh is not None:
+        made = fresh.get(rec.id)
+        assert made is not None and made.tenant == rec.tenant and made.first == events[0]
+        repeat = record(id=f"{rec.id}x")
+        await backend.create_run(repeat, idempotency_key="k", request_hash="h")
+        assert fresh.get(repeat.id) is None  # no first event written: nothing to remember
     claim = await backend.claim("w1", timeout=2)
     assert claim is not None and claim.run_id == rec.id
     assert await backend.append_events(rec.id, claim.attempt, batch("a")) == 2
