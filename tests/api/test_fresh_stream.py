@@ -4,6 +4,7 @@ replay from the store, the same tenant check, and the log read as usual after se
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,11 +12,13 @@ import httpx
 import pytest
 
 from app.backends import make_backend
+from app.backends.base import BackendError
 from app.backends.fresh_runs import FreshRuns
 from app.backends.redis import RedisBackend
 from tests.api.conftest import Api, serve
-from tests.api.test_events import append, end, turns
-from tests.support.sse_client import Frame, open_stream, read_all
+from tests.api.test_events import _batch, append, end, turns
+from tests.support.redis_server import RedisServer
+from tests.support.sse_client import Frame, SSEStream, open_stream, read_all
 
 KEYS = "key-a:alpha,key-b:beta"
 
@@ -126,3 +129,47 @@ async def test_a_run_driven_by_the_worker_streams_the_same_from_the_create(
         assert [f.id for f in frames] == list(range(1, len(frames) + 1))
         assert raws(frames) == raws(await replay_from_store(api, run["events_url"]))
 
+
+
+async def test_a_new_runs_stream_opened_during_an_outage_waits_it_out() -> None:
+    """docs/events.md: the first page needs no store, so the stream opens at 200 and pings
+    through the outage (a stream that must read the store first gets 503); the run's events
+    follow once Redis is back."""
+    server = RedisServer(persist=True)  # restarts with its data
+    server.start()
+    try:
+        async with serve(backend=redis_backend(server.url), worker=False) as api:
+            run = await api.create()
+            server.stop()
+
+            async def back_when_pinged(stream: SSEStream) -> None:
+                while "ping" not in stream.comments:  # the stream is waiting the outage out
+                    await asyncio.sleep(0.02)
+                await asyncio.to_thread(server.start)
+                await api.call(retrying_append(api, run["id"]))
+
+            async with open_stream(api.client, run["events_url"]) as stream:
+                assert stream.response.status_code == 200
+                frames, task = [], None
+                async for frame in stream:
+                    frames.append(frame)
+                    if task is None:
+                        task = asyncio.create_task(back_when_pinged(stream))
+                assert stream.closed_by_server and task is not None
+                await task
+            assert [(f.id, f.event) for f in frames] == [(1, "run_created"), (2, "turn_start"),
+                                                        (3, "agent_end")]
+    finally:
+        server.cleanup()
+
+
+async def retrying_append(api: Api, run_id: str) -> None:
+    """The events, once the backend has reconnected (on the server's loop)."""
+    batch = _batch(run_id, *turns(1, 1), end())
+    for _ in range(200):
+        try:
+            await api.backend.append_events(run_id, None, batch)
+            return
+        except BackendError:
+            await asyncio.sleep(0.05)
+    raise AssertionError("Redis did not come back")
