@@ -64,14 +64,14 @@ async def run_events(run_id: str, request: Request, svc: ServicesDep,
     made = fresh.get(run_id) if isinstance(fresh, FreshRuns) and start == 0 else None
     if made is not None and made.tenant == who.tenant:
         # created by this process a moment ago: its first event is known, the log follows
-        return event_stream(svc.backend, run_id, 0, ping=svc.settings.sse_ping_seconds,
-                            retry=svc.settings.sse_retry_seconds, first=[made.first])
-    # the access check and the first page of the log in one store round trip
-    record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
-    ended = owned(record, run_id, who.tenant).status in TERMINAL
-    if ended and not first:
-        # the run's final status is written with its agent_end, and read before the log here:
-        # an ended run with nothing after ``start`` has nothing left to send, ever
-        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+        first, ended = [made.first], False
+    else:
+        # the access check and the first page of the log in one store round trip
+        record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
+        ended = owned(record, run_id, who.tenant).status in TERMINAL
+        if ended and not first:
+            # the run's final status is written with its agent_end, and read before the log
+            # here: an ended run with nothing after ``start`` has nothing left to send, ever
+            return Response(status_code=204, headers={"Cache-Control": "no-store"})
     return event_stream(svc.backend, run_id, start, ping=svc.settings.sse_ping_seconds,
                         retry=svc.settings.sse_retry_seconds, first=first, ended=ended)
