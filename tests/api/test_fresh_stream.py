@@ -83,11 +83,36 @@ async def test_a_run_that_ended_before_its_stream_opened_streams_to_its_end(
         api_redis: Api) -> None:
     """Nothing remembered says the run is live: the stream learns the end from the log."""
     api = api_redis
+    reads = count_first_pages(api.backend)
     run = await api.create()
     await append(api, run["id"], *turns(1, 2), end())
     frames = await read_all(api.client, run["events_url"])
     assert [f.id for f in frames] == [1, 2, 3, 4] and frames[-1].event == "agent_end"
+    assert reads == []  # opened from the create, not from the store
     assert raws(frames) == raws(await replay_from_store(api, run["events_url"]))
+
+
+async def test_two_streams_opened_at_once_each_get_every_event_once(api_redis: Api) -> None:
+    """A page that opens its stream twice (a remount, a second tab) right after the create."""
+    api = api_redis
+    reads = count_first_pages(api.backend)
+    run = await api.create()
+    opened = asyncio.Event()
+
+    async def one() -> list[Frame]:
+        async with open_stream(api.client, run["events_url"]) as stream:
+            frames = []
+            async for frame in stream:
+                frames.append(frame)
+                opened.set()
+            return frames
+
+    readers = [asyncio.create_task(one()) for _ in range(2)]
+    await opened.wait()
+    await append(api, run["id"], *turns(1, 2), end())
+    first, second = await asyncio.gather(*readers)
+    assert raws(first) == raws(second) and [f.id for f in first] == [1, 2, 3, 4]
+    assert reads == []
 
 
 async def test_a_resumed_stream_and_an_expired_entry_read_the_store(api_redis: Api) -> None:
@@ -122,13 +147,14 @@ async def test_a_run_driven_by_the_worker_streams_the_same_from_the_create(
     from providers.fake import text
 
     async with serve(backend=redis_backend(redis_url)) as api:
+        reads = count_first_pages(api.backend)
         api.fake.script = [text("hello there", chunks=3)]
         run = await api.create()
         frames = await read_all(api.client, run["events_url"])
+        assert reads == []
         assert frames[0].event == "run_created" and frames[-1].event == "agent_end"
         assert [f.id for f in frames] == list(range(1, len(frames) + 1))
         assert raws(frames) == raws(await replay_from_store(api, run["events_url"]))
-
 
 
 async def test_a_new_runs_stream_opened_during_an_outage_waits_it_out() -> None:

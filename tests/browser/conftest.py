@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, async_playwright
 
+from tests.support.redis_server import redis_server_url, redis_url
+
+__all__ = ["redis_server_url", "redis_url"]
+
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]

@@ -21,6 +21,7 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from app import runtime
+from app.backends import make_backend
 from app.events import Event
 from providers import fake
 from tests.api.conftest import serve
@@ -116,18 +117,27 @@ def script() -> list[fake.Step]:
             fake.text("the final answer", chunks=4, delay=0.02)]
 
 
-@pytest.mark.parametrize("origin", ["same-origin", "cross-origin"])
+@pytest.mark.parametrize(("origin", "store"), [("same-origin", "memory"),
+                                               ("cross-origin", "memory"),
+                                               ("same-origin", "redis")])
 async def test_eventsource_gets_every_event_once_and_stops_after_the_end(
-        browser: Browser, origin: str) -> None:
+        browser: Browser, origin: str, store: str, request: pytest.FixtureRequest) -> None:
+    """On Redis the first connection opens from what the run's create wrote
+    (``app.backends.fresh_runs``), the reconnect and the 204 from the store."""
     GATE.clear()
     recorder = Recorder()
     settings: dict[str, Any] = {"api_keys": "key-a:alpha", "sse_retry_seconds": RETRY}
     if origin == "cross-origin":
         settings["cors_origins"] = "*"
-    async with serve(api_key="key-a", wrap=recorder.wrap, **settings) as api, \
+    backend = None
+    if store == "redis":
+        backend = make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
+    async with serve(api_key="key-a", wrap=recorder.wrap, backend=backend, **settings) as api, \
             TcpProxy(api.server.port) as proxy:
         api.fake.script = script()
         run = await api.create(tools=["browser_delegate", "browser_gate"])
+        if store == "redis":  # the browser's first request takes the create's first page
+            assert api.backend.fresh_runs.get(run["id"]) is not None
         host = "127.0.0.1" if origin == "same-origin" else "localhost"
         page = await browser.new_page()
         # any page the origin really serves over loopback (Chromium refuses a page it cannot

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from providers import fake
-from tests.api.conftest import serve
+from tests.api.conftest import Api
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "fetch_event_source.mjs"
@@ -39,23 +39,25 @@ async def fetch_event_source(url: str, last_event_id: str | None = None) -> dict
     return json.loads(out)  # type: ignore[no-any-return]
 
 
-async def test_every_message_has_json_data_and_a_reconnect_after_the_end_stops() -> None:
-    async with serve() as api:  # pings every 0.2 s; the model pauses 0.25 s between events
-        api.fake.script = [fake.text("one two", chunks=2, delay=0.25)]
-        run = await api.create(tools=[])
-        got = await fetch_event_source(api.url + run["events_url"])
-        assert got["status"] == [200] and got["end"] == "closed"
-        messages = got["messages"]
-        assert [m for m in messages if not m["data"]] == []
-        parsed = [json.loads(m["data"]) for m in messages]
-        assert [m["id"] for m in messages] == [str(n) for n in range(1, len(messages) + 1)]
-        assert [m["event"] for m in messages] == [p["type"] for p in parsed]
-        assert parsed[-1]["type"] == "agent_end" and parsed[-1]["depth"] == 0
-        assert messages[0]["retry"] == 1000
-        assert [m["retry"] for m in messages[1:]] == [None] * (len(messages) - 1)
+async def test_every_message_has_json_data_and_a_reconnect_after_the_end_stops(
+        api: Api) -> None:
+    """On both backends (on Redis the stream opens from what the create wrote: its first
+    frame carries ``retry`` all the same). Pings every 0.2 s; the model pauses 0.25 s."""
+    api.fake.script = [fake.text("one two", chunks=2, delay=0.25)]
+    run = await api.create(tools=[])
+    got = await fetch_event_source(api.url + run["events_url"])
+    assert got["status"] == [200] and got["end"] == "closed"
+    messages = got["messages"]
+    assert [m for m in messages if not m["data"]] == []
+    parsed = [json.loads(m["data"]) for m in messages]
+    assert [m["id"] for m in messages] == [str(n) for n in range(1, len(messages) + 1)]
+    assert [m["event"] for m in messages] == [p["type"] for p in parsed]
+    assert parsed[-1]["type"] == "agent_end" and parsed[-1]["depth"] == 0
+    assert messages[0]["retry"] == 1000
+    assert [m["retry"] for m in messages[1:]] == [None] * (len(messages) - 1)
 
-        again = await fetch_event_source(api.url + run["events_url"], messages[-1]["id"])
-        assert again == {"status": [204], "messages": [], "end": "204"}
-        middle = await fetch_event_source(api.url + run["events_url"], messages[-3]["id"])
-        assert [m["id"] for m in middle["messages"]] == [m["id"] for m in messages[-2:]]
-        assert middle["end"] == "closed" and all(m["data"] for m in middle["messages"])
+    again = await fetch_event_source(api.url + run["events_url"], messages[-1]["id"])
+    assert again == {"status": [204], "messages": [], "end": "204"}
+    middle = await fetch_event_source(api.url + run["events_url"], messages[-3]["id"])
+    assert [m["id"] for m in middle["messages"]] == [m["id"] for m in messages[-2:]]
+    assert middle["end"] == "closed" and all(m["data"] for m in middle["messages"])
