@@ -65,6 +65,8 @@ from app.events import ServiceEvent
 
 LEAN_SCRIPTS = True
 """Script calls through ``LeanScripts`` where the connection allows (tests compare both)."""
+MAX_APPEND_TO = 10_000
+"""Runs whose APPEND keys are kept (built from the run id per batch they cost ~2 µs)."""
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -88,6 +90,8 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
         self.client: Redis | RedisCluster
         self._nodes: NodeClients | None = None
         self._pipeline: ScriptCalls
+        self._append_to: dict[str, tuple[tuple[str, ...], str, str]] = {}
+        """run_id → its APPEND keys, channel and note (``_append_call``, per batch)."""
         self.notifier: Notifier
         if cluster:
             self.client = cluster_client(url, connect_timeout=connect_timeout,
@@ -321,10 +325,18 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
 
     def _append_call(self, run_id: str, attempt: int | None, batch: EventBatch
                      ) -> tuple[list[str], list[Any]]:
+        to = self._append_to.get(run_id)
+        if to is None:
+            if len(self._append_to) >= MAX_APPEND_TO:
+                self._append_to.clear()
+            to = self._append_to[run_id] = (
+                (keys.run_key(run_id), keys.events_key(run_id), keys.checkpoint_key(run_id),
+                 keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")),
+                self._channel(run_id), f"e:{run_id}")
+        run_keys, channel, note = list(to[0]), to[1], to[2]
         args: list[Any] = [
             "" if attempt is None else attempt, batch.token or "", len(batch.events),
-            len(batch.checkpoint), len(batch.acks), len(batch.fields or {}),
-            self._channel(run_id), f"e:{run_id}"]
+            len(batch.checkpoint), len(batch.acks), len(batch.fields or {}), channel, note]
         for type_, body in batch.events:
             args += (type_, body)
         args += batch.checkpoint
@@ -332,8 +344,6 @@ class RedisBackend(RedisQueues, RedisDispatch, RedisThreads, RedisParking, Servi
             args += (kind, message_id)
         for name, value in encode_fields(batch.fields or {}).items():
             args += (name, value)
-        run_keys = [keys.run_key(run_id), keys.events_key(run_id), keys.checkpoint_key(run_id),
-                    keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")]
         return run_keys, args
 
     @guard

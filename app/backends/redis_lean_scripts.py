@@ -91,14 +91,44 @@ def _arg(value: Any) -> bytes:
                     "Convert to a bytes, string, int or float first.")
 
 
+_BLOCKS: dict[str | int, bytes] = {}
+"""Short strings and ints as the RESP bulk strings they are written as: a run's keys, its
+channel and note, event types and small counts come back in every batch it writes."""
+MAX_BLOCKS = 10_000
+"""Entries ``_BLOCKS`` holds before it starts over (a few MB at most)."""
+CACHED_LEN = 100
+"""Longer strings are encoded where they are written and not kept."""
+
+
+def _block(value: Any) -> bytes:
+    """``value`` as one RESP bulk string, kept in ``_BLOCKS`` when short (``_arg``'s types)."""
+    item = _arg(value)
+    block = b"$%d\r\n%s\r\n" % (len(item), item)
+    if type(value) is int or (type(value) is str and len(value) <= CACHED_LEN):
+        if len(_BLOCKS) >= MAX_BLOCKS:
+            _BLOCKS.clear()
+        _BLOCKS[value] = block
+    return block
+
+
 def evalsha(sha: str, keys: list[Any], args: list[Any]) -> bytes:
     """``EVALSHA sha numkeys keys… args…`` as one RESP command (written out here rather than
-    through ``command``: this runs per event batch, and the general path costs ~30 % more)."""
-    items = [_arg(v) for v in (*keys, *args)]
-    parts = [b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n" % (len(items) + 3, len(sha), sha.encode()),
-             b"$%d\r\n%d\r\n" % (len(str(len(keys))), len(keys))]
-    for item in items:
-        parts.append(b"$%d\r\n%s\r\n" % (len(item), item))
+    through ``command``: this runs per event batch, and the general path costs ~30 % more).
+    Short strings and ints come from ``_BLOCKS`` (a run's five keys, channel and note, the
+    event types: 2.0 µs per batch instead of 6.8 measured with ``timeit`` here)."""
+    get = _BLOCKS.get
+    parts = [b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n" % (len(keys) + len(args) + 3, len(sha),
+                                                                 sha.encode()),
+             get(len(keys)) or _block(len(keys))]
+    add = parts.append
+    for value in (*keys, *args):
+        kind = type(value)
+        if kind is bytes:
+            add(b"$%d\r\n%s\r\n" % (len(value), value))
+        elif kind is str or kind is int:  # exactly: a bool is refused, as redis-py does
+            add(get(value) or _block(value))
+        else:
+            add(_block(value))
     return b"".join(parts)
 
 

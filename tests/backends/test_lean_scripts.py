@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.backends import redis as redis_module
+from app.backends import redis_lean_scripts
 from app.backends.base import FencedOut
 from app.backends.redis import RedisBackend
 from app.backends.redis_lean_scripts import LeanScripts, evalsha
@@ -53,14 +56,32 @@ def _count_writes(scripts: LeanScripts) -> list[int]:
     return writes
 
 
+class _Kind(StrEnum):
+    STEER = "steer"
+
+
 def test_commands_are_written_as_redis_py_packs_them() -> None:
     conn = Connection()
-    args = ["k1", b"k2", "x\u00e9", b"\x00\xff", 42, -7, 1.5, 0.1]
-    ours = evalsha("abc123", args[:2], args[2:])
+    long = "y" * (redis_lean_scripts.CACHED_LEN + 1)
+    args = ["k1", b"k2", "x\u00e9", b"\x00\xff", 42, -7, 1.5, 0.1, "", 0, 1, "1", long,
+            _Kind.STEER, memoryview(b"mv"), 10**30]
     theirs = b"".join(conn.pack_command("EVALSHA", "abc123", 2, *args))
-    assert ours == theirs
+    for _ in range(2):  # the second time from the kept blocks
+        assert evalsha("abc123", args[:2], args[2:]) == theirs
+    assert long not in redis_lean_scripts._BLOCKS  # long strings are not kept
     with pytest.raises(DataError):
         evalsha("abc123", ["k"], [True])
+    with pytest.raises(DataError):
+        evalsha("abc123", ["k"], [False])  # not mistaken for a kept 0
+
+
+def test_the_kept_blocks_start_over_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_lean_scripts, "MAX_BLOCKS", 3)
+    monkeypatch.setattr(redis_lean_scripts, "_BLOCKS", {})
+    for n in range(10):
+        assert evalsha("s", [f"key{n}"], [n]) == b"".join(
+            Connection().pack_command("EVALSHA", "s", 1, f"key{n}", n))
+        assert len(redis_lean_scripts._BLOCKS) <= 3
 
 
 async def test_a_tick_is_one_write_and_errors_stay_with_their_call(client: Redis) -> None:
@@ -334,3 +355,21 @@ async def test_append_soon_answers_through_its_callback(redis_backend: RedisBack
     await asyncio.wait([stale])
     assert answers[1][0] == 0 and isinstance(answers[1][1], FencedOut)
     assert [e.seq for e in await redis_backend.read_events(claim.run_id, 0)] == [1, 2]
+
+
+async def test_runs_written_in_turn_keep_their_own_keys(redis_backend: RedisBackend,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's APPEND keys are kept between batches; with room for one run only, two runs
+    written in turn each still land in their own log."""
+    monkeypatch.setattr(redis_module, "MAX_APPEND_TO", 1)
+    first = await created_and_claimed(redis_backend)
+    second = await created_and_claimed(redis_backend)
+    for n in range(3):
+        for claim in (first, second):
+            await redis_backend.append_events(claim.run_id, claim.attempt,
+                                              batch(f"{claim.run_id}-{n}"))
+    for claim in (first, second):
+        events = await redis_backend.read_events(claim.run_id, 0)
+        assert [e.seq for e in events] == [1, 2, 3]
+        assert all(claim.run_id.encode() in e.data for e in events)
+    assert len(redis_backend._append_to) <= 1
