@@ -133,16 +133,19 @@ def _live_verdict(system: str, live: dict[str, Any] | None) -> Iterator[str]:
                    + (f" ({live['failed'][:200]})" if live and "failed" in live else ""))
         return
     top = max(live["steps"], key=lambda s: s["streams"])  # the busiest: costs near saturation
-    us = top["server_us_per_frame"]
-    per_core = round(1e6 / (us * 1000 / 33.0)) if us else None
     held = live.get("sustained")
-    yield _say(None if us is None else us <= US_PER_FRAME_TARGET,
+    # judged where the streams were still live (lag p99 ≤ 100 ms), not past that point, where
+    # frames batch up and the CPU per frame flatters
+    step = held or top
+    us = step["server_us_per_frame"]
+    per_core = round(1e6 / (us * 1000 / 33.0)) if us else None
+    yield _say(None if us is None else held is not None and us <= US_PER_FRAME_TARGET,
                f"{system}: live streams per core {per_core} ≥ {LIVE_TARGET} (server CPU "
-               f"{us} µs per delivered frame ≤ {US_PER_FRAME_TARGET} at the largest step, "
-               f"{top['streams']} streams; "
-               f"sustained here with lag p99 ≤ 100 ms: "
+               f"{us} µs per delivered frame ≤ {US_PER_FRAME_TARGET} at the largest step "
+               f"sustained with lag p99 ≤ 100 ms, "
                f"{held['streams'] if held else 'none'} streams at "
-               f"{held['server_cpu_util'] if held else '–'} of a core)")
+               f"{held['server_cpu_util'] if held else '–'} of a core; the busiest step, "
+               f"{top['streams']} streams: {top['server_us_per_frame']} µs)")
 
 
 def _table(rows: list[dict[str, Any]], workload: str, systems: list[str]) -> list[str]:
