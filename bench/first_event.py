@@ -9,7 +9,12 @@ phase that is long while the server is far from busy is waiting on something oth
 CPU (the accept queue, a poll, a timer)::
 
     .venv/bin/python bench/first_event.py [--system agentloop|agentloop-redis] [--runs 200]
-        [--concurrency 50] [--rounds 3]
+        [--concurrency 50] [--rounds 3] [--profile SECONDS]
+
+``--profile`` samples the server with py-spy (``bench/_profile.py``) for the first SECONDS of
+the first round's load and prints where its CPU went, by stage, file and function: the
+production cell's profile (every run a new connection, paced https model), as against the
+live-streams profile ``make bench`` prints.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import _profile
 from bench._client import Connection
 from bench._live import FRAME_MS
 from bench._procs import OUT, Proc, start_fake
@@ -86,18 +92,34 @@ async def _load(port: int, runs: int, concurrency: int) -> _Phases:
     return out
 
 
-def _round(system: str, fake: Proc, runs: int, concurrency: int) -> dict[str, Any]:
+async def _profiled_load(server: Proc, runs: int, concurrency: int,
+                         seconds: float) -> tuple[_Phases, dict[str, Any]]:
+    load = asyncio.create_task(_load(server.port, runs, concurrency))
+    profile = await asyncio.to_thread(_profile.record, server.popen.pid, seconds)
+    return await load, profile
+
+
+def _round(system: str, fake: Proc, runs: int, concurrency: int,
+           profile_s: float = 0.0) -> dict[str, Any]:
     server = start_agentloop(fake, redis=system == "agentloop-redis", name=f"{system}-first")
+    profile: dict[str, Any] | None = None
     try:
         asyncio.run(_load(server.port, 20, 10))  # warm-up
         cpu0, t0 = server.cpu_s(), time.monotonic()
-        phases = asyncio.run(_load(server.port, runs, concurrency))
-        util = (server.cpu_s() - cpu0) / (time.monotonic() - t0)
+        if profile_s:
+            phases, profile = asyncio.run(_profiled_load(server, runs, concurrency, profile_s))
+        else:
+            phases = asyncio.run(_load(server.port, runs, concurrency))
+        cpu = server.cpu_s() - cpu0
+        util = cpu / (time.monotonic() - t0)
     finally:
         server.stop()
+    done = len(phases.totals)
     return {"system": system, "load_avg": load_avg(), "server_util": round(util, 3),
+            "server_cpu_ms_per_run": round(1000 * cpu / done, 2) if done else None,
             "errors": sorted(set(phases.errors))[:3], "first_event_ms": ms(phases.totals),
-            **{f"{p}_ms": ms(v) for p, v in phases.times.items()}}
+            **{f"{p}_ms": ms(v) for p, v in phases.times.items()},
+            **({"profile": profile} if profile is not None else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,20 +128,38 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
+                   help="py-spy the server for SECONDS of the first round's load")
     args = p.parse_args(argv)
     fake = start_fake(FRAME_MS, name="fake_llm_first", tls=make_tls(OUT / "tls"))
     try:
-        rounds = [_round(args.system, fake, args.runs, args.concurrency)
-                  for _ in range(args.rounds)]
+        rounds = [_round(args.system, fake, args.runs, args.concurrency,
+                         args.profile if i == 0 else 0.0) for i in range(args.rounds)]
     finally:
         fake.stop()
     for r in rounds:
+        profile = r.pop("profile", None)
         print(json.dumps(r))
-    summary = {f"{k}_p50_median": statistics.median(r[k]["p50"] for r in rounds)
-               for k in ("first_event_ms", *(f"{p}_ms" for p in PHASES))}
-    print(json.dumps(summary | {"util_median": statistics.median(r["server_util"]
-                                                                 for r in rounds)}))
+        if profile is not None:
+            _print_profile(profile)
+    summary: dict[str, Any] = {
+        f"{k}_p50_median": statistics.median(r[k]["p50"] for r in rounds)
+        for k in ("first_event_ms", *(f"{p}_ms" for p in PHASES))}
+    summary["server_cpu_ms_per_run_median"] = statistics.median(
+        r["server_cpu_ms_per_run"] or 0.0 for r in rounds)
+    summary["util_median"] = statistics.median(r["server_util"] for r in rounds)
+    print(json.dumps(summary))
 
+
+def _print_profile(profile: dict[str, Any]) -> None:
+    if "skipped" in profile:
+        print(f"profile skipped: {profile['skipped']}")
+        return
+    print(f"profile ({profile['samples']} samples, self time, % of samples):")
+    for key in ("stages_pct", "files_pct", "functions_pct"):
+        print(f"  by {key.split('_')[0]}:")
+        for name, pct in profile[key]:
+            print(f"    {pct:5.1f}  {name}")
 
 if __name__ == "__main__":
     main()
