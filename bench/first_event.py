@@ -4,9 +4,10 @@ a new connection, the paced https fake model) with each run's first-event time c
     t0 ── connect ── POST /runs ── 201 ── GET events ── headers ── first event
           connect     create                 headers                first
 
-Per phase p50/p99 in ms over every run, and the server's CPU utilisation over the load: a
-phase that is long while the server is far from busy is waiting on something other than the
-CPU (the accept queue, a poll, a timer)::
+Per phase p50/p99 in ms over every run, the server's CPU per run (redis-server's included on
+agentloop-redis; the profiled round's figure carries py-spy's own cost) and its CPU
+utilisation over the load: a phase that is long while the server is far from busy is waiting
+on something other than the CPU (the accept queue, a poll, a timer)::
 
     .venv/bin/python bench/first_event.py [--system agentloop|agentloop-redis] [--runs 200]
         [--concurrency 50] [--rounds 3] [--profile SECONDS]
