@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     summary: dict[str, Any] = {
         f"{k}_p50_median": statistics.median(r[k]["p50"] for r in rounds)
         for k in ("first_event_ms", *(f"{p}_ms" for p in PHASES))}
-    summary["server_cpu_ms_per_run_median"] = statistics.median(
-        r["server_cpu_ms_per_run"] or 0.0 for r in rounds)
+    cpu = [r["server_cpu_ms_per_run"] for r in rounds if r["server_cpu_ms_per_run"] is not None]
+    summary["server_cpu_ms_per_run_median"] = statistics.median(cpu) if cpu else None
     summary["util_median"] = statistics.median(r["server_util"] for r in rounds)
     print(json.dumps(summary))
 
@@ -161,6 +161,7 @@ def _print_profile(profile: dict[str, Any]) -> None:
         print(f"  by {key.split('_')[0]}:")
         for name, pct in profile[key]:
             print(f"    {pct:5.1f}  {name}")
+
 
 if __name__ == "__main__":
     main()
