@@ -91,7 +91,8 @@ class Settings(BaseSettings):
     workspace_max_bytes: int = Field(default=1024 * MiB, ge=0)
     """Size cap of one run's workspace (0: none); see ``tool_registry.builtin.quota``."""
     workspace_sweep_seconds: float = Field(default=600.0, ge=0)
-    """How often a worker removes the workspaces of expired runs (0: never); ``app.janitor``."""
+    """How often a worker removes the workspaces of expired runs (0: never);
+    ``app.worker.janitor``."""
     unsafe_code_tools: bool = False
     code_timeout_max: float = Field(default=300.0, gt=0)
     fetch_allow_private: bool = False

@@ -42,11 +42,11 @@ STAGES = [
     ("model parse: SSE, wire JSON", ("providers/_sse.py", "providers/openai", "providers/_openai",
                                      "providers/_stream_guard.py", "providers/events.py")),
     ("loop: accumulate, events", ("providers/accumulate.py", "providers/partial_json.py",
-                                  "app/loop/", "app/metrics.py", "prometheus_client/")),
-    ("sink: encode, batch", ("app/run_sink.py", "app/events.py")),
+                                  "app/loop/", "app/telemetry/metrics.py", "prometheus_client/")),
+    ("sink: encode, batch", ("app/worker/sink.py", "app/engine/events.py")),
     ("backend: append, wake, read", ("app/backends/", "redis/")),
-    ("SSE out: frames, ASGI, socket", ("app/sse.py", "app/send_deadline.py", "uvicorn/",
-                                       "starlette/", "sse_starlette/", "fastapi/")),
+    ("SSE out: frames, ASGI, socket", ("app/delivery/sse.py", "app/delivery/send_deadline.py",
+                                       "uvicorn/", "starlette/", "sse_starlette/", "fastapi/")),
     ("event loop, tasks, timers", ("asyncio/", "uvloop/", "<string>", "concurrent/")),
 ]
 

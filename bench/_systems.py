@@ -1,8 +1,8 @@
 """How each benchmarked system is installed and started against the fake LLM.
 
 - ``agentloop`` / ``agentloop-redis``: this checkout, ``agentloop serve`` (or uvicorn on
-  ``app.main:app_factory`` while the console script is missing), the memory backend or a throw-away
-  redis-server whose CPU and memory count as the system's.
+  ``app.process.main:app_factory`` while the console script is missing), the memory backend
+  or a throw-away redis-server whose CPU and memory count as the system's.
 - ``langgraph``: LangGraph Server (``langgraph dev``, in-memory runtime) in its own virtualenv
   under bench/.peer/, serving bench/peer_langgraph/agent.py (the prebuilt ReAct agent).
 """
@@ -70,7 +70,7 @@ def agentloop_argv(port: int) -> list[str]:
     script = ROOT / ".venv" / "bin" / "agentloop"
     if script.exists() and (ROOT / "app" / "cli.py").exists():
         return [str(script), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    return [sys.executable, "-m", "uvicorn", "--factory", "app.main:app_factory", "--host",
+    return [sys.executable, "-m", "uvicorn", "--factory", "app.process.main:app_factory", "--host",
             "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
             "--log-level", "warning", "--no-access-log"]
 

@@ -28,10 +28,10 @@ RUNS = 400
 def measure(root: Path) -> float:
     """µs per batch in ``root``'s code (imported here: run in a process of its own)."""
     sys.path.insert(0, str(root))
-    from app.backends.base import EventBatch
-    from app.backends.redis import RedisBackend
-    from app.backends.redis_keys import NOTIFY_CHANNEL
-    from app.backends.redis_lean_scripts import evalsha
+    from app.store.contract import EventBatch
+    from app.store.redis.backend import RedisBackend
+    from app.store.redis.keys import NOTIFY_CHANNEL
+    from app.store.redis.lean_scripts import evalsha
 
     backend = RedisBackend.__new__(RedisBackend)  # no connections: only the call is built
     backend._nodes = None

@@ -19,10 +19,17 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.dialects.ag_ui import AgUiProjector
-from app.dialects.ai_sdk import UIMessageProjector
+from app.dialects.ag_ui.projector import AgUiProjector
+from app.dialects.ai_sdk.projector import UIMessageProjector
 from app.dialects.tail import Projector
-from app.events import Event, MessageStart, MessageUpdate, RunCreated, TurnStart, encode_event
+from app.engine.events import (
+    Event,
+    MessageStart,
+    MessageUpdate,
+    RunCreated,
+    TurnStart,
+    encode_event,
+)
 from providers.messages import AssistantMessage
 
 N = 20_000

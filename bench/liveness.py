@@ -24,9 +24,9 @@ from typing import Any
 sys.path.insert(0, str(Path.cwd()))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
-from app.backends import make_backend
-from app.backends.base import RunRecord
-from app.worker import Worker
+from app.store import make_backend
+from app.store.contract import RunRecord
+from app.worker.worker import Worker
 from bench._procs import start_redis
 from providers import fake
 from providers.fake import FakeProvider

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.events import Event, encode_event, utc_now
-from app.loop import LoopConfig, run_loop
+from app.engine import LoopConfig, run_loop
+from app.engine.events import Event, encode_event, utc_now
 from providers import fake
 from providers.fake import FakeProvider, Step
 from providers.messages import UserMessage

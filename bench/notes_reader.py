@@ -1,5 +1,5 @@
 """CPU per Redis note in the notify listener: redis-py's pub/sub against the lean reader
-(``app/backends/redis_notes_reader.py``), interleaved round by round.
+(``app/store/redis/notes_reader.py``), interleaved round by round.
 
 A throw-away redis-server; a publisher subprocess sends ``--notes`` notes shaped like a text
 delta's (one event per note, as a live stream writes them) in pipelines of 50; this process
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from redis.asyncio import Redis
 
-from app.backends import redis_notify
-from app.backends.redis_keys import NOTIFY_CHANNEL
+from app.store.redis import notify as redis_notify
+from app.store.redis.keys import NOTIFY_CHANNEL
 from bench._procs import start_redis
 
 _PUBLISH = """

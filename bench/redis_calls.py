@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import uvloop
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from app.backends.redis_lean_scripts import LeanScripts
-from app.backends.redis_notes_reader import lean_params
-from app.backends.redis_pipeline import ScriptCalls, ScriptPipeline
+from app.store.redis.lean_scripts import LeanScripts
+from app.store.redis.notes_reader import lean_params
+from app.store.redis.pipeline import ScriptCalls, ScriptPipeline
 from bench._procs import start_redis
 
 SCRIPT = "return redis.call('XADD', KEYS[1], 'MAXLEN', '1000', '*', 't', ARGV[1], 'd', ARGV[2])"

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 from playwright.async_api import Browser, Page, async_playwright  # noqa: E402
 
 from app import runtime  # noqa: E402
-from app.backends.memory import MemoryBackend  # noqa: E402
 from app.config import Settings  # noqa: E402
-from app.main import create_app  # noqa: E402
+from app.process.main import create_app  # noqa: E402
+from app.store.memory.backend import MemoryBackend  # noqa: E402
 from providers import fake  # noqa: E402
 from tests.browser.conftest import CHROMIUM, FLAGS  # noqa: E402
 from tests.support.live_server import LiveServer  # noqa: E402

@@ -34,7 +34,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     ``make test`` (a ``gc.callbacks`` timer), 33 full passes took up to 1.68 s each, 13 of
     them over 0.5 s. Each stops every thread, the live servers' event loops with them, so a
     0.5 s Redis connect timeout met one and a cluster thread test answered 503. Production
-    freezes its start-up objects the same way (``app.cli.tune_gc``); cyclic garbage a module
+    freezes its start-up objects the same way (``app.process.cli.tune_gc``); cyclic garbage a module
     leaves behind stays uncollected, which a finite session can afford."""
     if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
         gc.collect(1)

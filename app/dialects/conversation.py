@@ -21,13 +21,13 @@ import hashlib
 import time
 from typing import Any
 
-from app.backends.base import TERMINAL, RunRecord
-from app.schemas import CreateRun
-from app.services import Services
-from app.threads.model import PostOutcome, ThreadRecord
-from app.threads.service import post_message
-from app.threads.store import threads
-from app.threads.view import settled
+from app.api.schemas import CreateRun
+from app.api.thread_posts import post_message
+from app.api.thread_view import settled
+from app.process.services import Services
+from app.store.contract import TERMINAL, RunRecord
+from app.store.thread_records import PostOutcome, ThreadRecord
+from app.store.threads import threads
 
 CHAT_ID_KEY = "chat_id"
 """The run (and thread) metadata key naming the conversation's chat id."""

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from app import metrics
-from app.backends.base import TERMINAL, Backend, BackendError, StoredEvent
-from app.sse import PAGE, PING
+from app.delivery.sse import PAGE, PING
+from app.store.contract import TERMINAL, Backend, BackendError, StoredEvent
+from app.telemetry import metrics
 
 log = logging.getLogger(__name__)
 

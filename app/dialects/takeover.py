@@ -1,7 +1,7 @@
 """A reply a lost worker was streaming, and the resumed attempt streaming it again.
 
 When a worker dies mid-reply, the worker that takes the run over makes the interrupted model
-call again (``app.resume``): the native log holds the cut-off reply (its ``message_end`` says
+call again (``app.engine.resume``): the native log holds the cut-off reply (its ``message_end`` says
 the worker was lost), then ``run_resumed``, then the whole reply once more. A dialect client
 has no way to take text back (the AI SDK's parts and AG-UI's messages only grow), so the
 projectors keep the cut-off reply's blocks open across the takeover and show of the new
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.resume import TOOL_LOST, WORKER_LOST
+from app.engine.resume import TOOL_LOST, WORKER_LOST
 
 Key = tuple[str, str]
 """A block of a reply: ``(kind, id)``, e.g. ``("text", "0")`` or ``("call", tool_call_id)``."""

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.backends.memory import MemoryBackend
 from app.config import Settings
-from app.main import create_app
+from app.process.main import create_app
+from app.store.memory.backend import MemoryBackend
 from providers.catalog import parse_model
 from providers.fake import FakeProvider
 from tests.support.live_server import LiveServer, client_limits
@@ -100,7 +100,7 @@ async def api(request: pytest.FixtureRequest) -> AsyncIterator[Api]:
     """The server with an embedded worker, over each backend (the core flow runs on both)."""
     backend = None
     if request.param == "redis":
-        from app.backends import make_backend
+        from app.store import make_backend
 
         backend = make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
     async with serve(backend=backend) as running:

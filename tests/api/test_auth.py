@@ -8,7 +8,7 @@ import time
 import httpx
 import orjson
 
-from app.auth import Authenticator
+from app.api.auth import Authenticator
 from tests.api.conftest import serve
 from tests.support.sse_client import read_all
 
@@ -51,8 +51,8 @@ async def test_keys_tenants_and_stream_tokens() -> None:
 
 
 async def _end_run(backend, run_id: str) -> None:
-    from app.backends.base import EventBatch
-    from app.events import AgentEnd, encode_event_body, utc_now
+    from app.engine.events import AgentEnd, encode_event_body, utc_now
+    from app.store.contract import EventBatch
     from providers.messages import Usage
 
     body = encode_event_body(AgentEnd(stop_reason="stop", error=None, usage=Usage(),

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from app.backends import make_backend
-from app.backends.redis import RedisBackend
-from app.backends.redis_keys import run_key
+from app.store import make_backend
+from app.store.redis.backend import RedisBackend
+from app.store.redis.keys import run_key
 from providers import fake
 from tests.api.conftest import serve
 from tests.support.redis_cluster import RedisCluster

@@ -8,7 +8,7 @@ in tests/browser/test_cors.py and test_eventsource.py.
 
 from __future__ import annotations
 
-from app.main import EXPOSED_HEADERS
+from app.process.main import EXPOSED_HEADERS
 from tests.api.conftest import serve
 from tests.api.test_events import end
 from tests.api.test_stream_end import finish

@@ -1,5 +1,5 @@
-"""docs/events.md stays in step with app/events.py: every event type has its section, and every
-field of it (and every ``message_update`` delta kind) is named there."""
+"""docs/events.md stays in step with app/engine/events.py: every event type has its section, and
+every field of it (and every ``message_update`` delta kind) is named there."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import typing
 from pathlib import Path
 
-from app.events import Event
+from app.engine.events import Event
 from providers.events import ToolCallDelta, ToolCallEnd, ToolCallStart
 
 DOC = Path(__file__).parents[2] / "docs" / "events.md"

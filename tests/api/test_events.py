@@ -10,9 +10,9 @@ import asyncio
 
 import httpx
 
-from app.backends.base import BackendError, EventBatch
-from app.backends.memory import MemoryBackend
-from app.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
+from app.engine.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
+from app.store.contract import BackendError, EventBatch
+from app.store.memory.backend import MemoryBackend
 from providers.messages import Usage
 from tests.api.conftest import Api, serve
 from tests.support.sse_client import open_stream, read_all

@@ -1,5 +1,5 @@
 """A stream opened right after ``POST /runs`` on the Redis backend starts from what the create
-wrote (``app.backends.fresh_runs``): no store read for its first page, the same frames as a
+wrote (``app.store.fresh_runs``): no store read for its first page, the same frames as a
 replay from the store, the same tenant check, and the log read as usual after seq 1."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.backends import make_backend
-from app.backends.base import BackendError
-from app.backends.fresh_runs import FreshRuns
-from app.backends.redis import RedisBackend
+from app.store import make_backend
+from app.store.contract import BackendError
+from app.store.fresh_runs import FreshRuns
+from app.store.redis.backend import RedisBackend
 from tests.api.conftest import Api, serve
 from tests.api.test_events import _batch, append, end, turns
 from tests.support.redis_server import RedisServer

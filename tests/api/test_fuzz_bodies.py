@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.backends.memory import MemoryBackend
-from app.main import create_app
+from app.process.main import create_app
+from app.store.memory.backend import MemoryBackend
 from providers import fake
 from providers.base import ModelRequest
 from tests.api.conftest import fake_resolver, make_settings

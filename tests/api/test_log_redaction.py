@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.auth import Authenticator
-from app.redact import redact
+from app.api.auth import Authenticator
+from app.telemetry.redact import redact
 from tests.support.live_server import free_port
 from tests.support.serve_process import start_serve, until_up
 from tests.support.sse_client import read_all

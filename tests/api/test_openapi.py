@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from app.events import Event
+from app.engine.events import Event
 from providers import fake
 from tests.api.conftest import Api, serve
 from tests.support.sse_client import read_all

@@ -16,12 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
-from app import janitor, metrics
-from app.backends import make_backend
-from app.backends.base import BackendError
-from app.backends.memory import MemoryBackend
-from app.janitor import sweep
-from app.logs import ContextFilter
+from app.store import make_backend
+from app.store.contract import BackendError
+from app.store.memory.backend import MemoryBackend
+from app.telemetry import metrics
+from app.telemetry.logs import ContextFilter
+from app.worker import janitor
+from app.worker.janitor import sweep
 from providers import fake
 from tests.api.conftest import Api, serve
 from tests.engine.harness import new_record, wait_end
@@ -221,7 +222,7 @@ async def test_requests_about_a_run_log_with_its_run_id_and_tenant(
     assert resp.status_code == 503
     about = [r for r in caplog.records  # the test's own client (httpx) logs too
              if run["id"] in r.getMessage() and r.name != "httpx"]
-    assert "app.errors" in {r.name for r in about}, [
+    assert "app.api.errors" in {r.name for r in about}, [
         (r.name, r.getMessage()) for r in caplog.records]
     for record in about:
         assert (getattr(record, "run_id", None), getattr(record, "tenant", None)) == (
@@ -229,7 +230,7 @@ async def test_requests_about_a_run_log_with_its_run_id_and_tenant(
 
 
 def _health(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "health", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "app.process.cli", "health", *args], cwd=ROOT,
                           env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=30, check=False)
 

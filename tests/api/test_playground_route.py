@@ -6,8 +6,8 @@ import re
 import typing
 from pathlib import Path
 
-from app.events import Event
-from app.routes.playground import CSP
+from app.api.routes.playground import CSP
+from app.engine.events import Event
 from tests.api.conftest import serve
 
 STATIC = Path(__file__).parents[2] / "app" / "static"

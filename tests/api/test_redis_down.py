@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.backends import make_backend
+from app.store import make_backend
 from providers import fake
 from tests.api.conftest import serve
 from tests.support.redis_server import RedisServer

@@ -17,8 +17,8 @@ from schemathesis import GenerationMode
 from schemathesis import checks as sc
 from schemathesis.config import SchemathesisConfig
 
-from app.backends.memory import MemoryBackend
-from app.main import create_app
+from app.process.main import create_app
+from app.store.memory.backend import MemoryBackend
 from providers import fake
 from providers.fake import FakeProvider
 from tests.api.conftest import fake_resolver, make_settings

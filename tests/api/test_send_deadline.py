@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from app.send_deadline import SendDeadline
+from app.delivery.send_deadline import SendDeadline
 
 
 async def test_quick_sends_outlast_the_deadline_unharmed() -> None:

@@ -1,4 +1,4 @@
-"""A graceful shutdown does not wait for open event streams (``app.draining``).
+"""A graceful shutdown does not wait for open event streams (``app.delivery.draining``).
 
 ``agentloop serve`` in a subprocess (uvloop, its own ``DrainingServer``): a thread's event
 stream never ends on its own, so before this every SIGTERM waited uvicorn's whole graceful

@@ -1,4 +1,4 @@
-"""Frames sent from the append (``app.sse_direct``): a send that completes at once wakes no
+"""Frames sent from the append (``app.delivery.direct``): a send that completes at once wakes no
 task; one that cannot (the client is not reading) is handed to the stream's task, which
 finishes it under the send deadline before anything else, so nothing is lost, repeated or
 reordered — tested with fake sends and over a real socket whose reader stops."""
@@ -17,11 +17,11 @@ import httpx
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-import app.sse
-from app import metrics
-from app.send_deadline import SendDeadline
-from app.server_send import StashServerSend, server_send
-from app.sse_direct import DirectSend
+import app.delivery.sse
+from app.delivery.direct import DirectSend
+from app.delivery.send_deadline import SendDeadline
+from app.delivery.server_send import StashServerSend, server_send
+from app.telemetry import metrics
 from providers import fake
 from tests.api.conftest import Api, serve
 
@@ -139,7 +139,7 @@ def handed_off(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 async def slow_api(request: pytest.FixtureRequest) -> AsyncIterator[Api]:
     backend = None
     if request.param == "redis":  # frames pushed from the notes reader's callback
-        from app.backends import make_backend
+        from app.store import make_backend
 
         backend = make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
     async with serve(backend=backend) as api:
@@ -207,7 +207,7 @@ async def test_a_reader_that_pauses_gets_every_frame_once_in_order(
 
 async def test_a_reader_that_stops_is_dropped_and_the_other_reader_gets_everything(
         slow_api: Api, handed_off: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app.sse, "SendDeadline", lambda seconds: SendDeadline(0.5))
+    monkeypatch.setattr(app.delivery.sse, "SendDeadline", lambda seconds: SendDeadline(0.5))
     open_before = metrics.SSE_SUBSCRIBERS._value.get()
     run = await slow_api.create()
     stuck = await _RawStream.open(slow_api, run["id"])

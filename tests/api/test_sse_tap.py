@@ -1,4 +1,4 @@
-"""The tapped SSE stream (``app.sse_tap``): frames handed over at append, the log read
+"""The tapped SSE stream (``app.delivery.tap``): frames handed over at append, the log read
 whenever they do not follow on; every seq exactly once, in order, whatever the timing."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 
-from app.backends import live_feed
-from app.backends.base import EventBatch, StoredEvent
-from app.backends.memory import MemoryBackend
-from app.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
-from app.sse import PAGE
-from app.sse_tap import tapped_frames
+from app.delivery.sse import PAGE
+from app.delivery.tap import tapped_frames
+from app.engine.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
+from app.store import live_feed
+from app.store.contract import EventBatch, StoredEvent
+from app.store.memory.backend import MemoryBackend
 from providers.messages import Usage
 from tests.engine.harness import new_record
 

@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
-from app.backends.base import EventBatch
-from app.events import Event, MessageQueued, encode_event_body, utc_now
+from app.engine.events import Event, MessageQueued, encode_event_body, utc_now
+from app.store.contract import EventBatch
 from providers import fake
 from tests.api.conftest import Api, serve
 from tests.api.test_events import append, end, turns

@@ -169,7 +169,7 @@ async def _age_the_parking(api: Api, run_id: str, seconds: float) -> None:
             backend._parked_runs[run_id].parked_at -= seconds
         await api.call(age())
         return
-    from app.backends import redis_keys as keys
+    from app.store.redis import keys
 
     async def age_redis() -> None:
         record = await backend.get_run(run_id)

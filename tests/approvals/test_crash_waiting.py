@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import Backend, make_backend
-from app.backends.base import RunRecord
-from app.events import ApprovalDecided
+from app.engine.events import ApprovalDecided
+from app.store import Backend, make_backend
+from app.store.contract import RunRecord
 from tests.engine.harness import events, new_record, wait_end
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
 from tests.support.redis_server import redis_server_url, redis_url

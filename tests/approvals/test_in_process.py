@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from app import runtime
-from app.approvals.gate import NO_CALLBACK, Decision, WaitingCall
-from app.events import Event
+from app.engine.approvals import NO_CALLBACK, Decision, WaitingCall
+from app.engine.events import Event
 from providers import fake
 from providers.fake import FakeProvider
 from providers.messages import ToolResultMessage

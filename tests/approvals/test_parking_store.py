@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from app.backends import Backend, make_backend
-from app.backends.base import RunRecord
-from app.backends.parking_base import DecisionRefused
-from app.events import ApprovalDecided
-from app.queues import QueuedMessage
+from app.engine.events import ApprovalDecided
+from app.engine.queues import QueuedMessage
+from app.store import Backend, make_backend
+from app.store.contract import RunRecord
+from app.store.parking import DecisionRefused
 from providers.messages import UserMessage
 from tests.support.redis_server import redis_server_url, redis_url
 

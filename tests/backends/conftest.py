@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from app.backends import Backend, make_backend
-from app.backends.redis import RedisBackend
+from app.store import Backend, make_backend
+from app.store.redis.backend import RedisBackend
 from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import time
 
-from app.backends import Backend, Claim, EventBatch, RunRecord
-from app.queues import QueuedMessage
+from app.engine.queues import QueuedMessage
+from app.store import Backend, Claim, EventBatch, RunRecord
 from providers.messages import UserMessage
 
 _ids = itertools.count(1)

@@ -12,10 +12,10 @@ import pytest
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app.backends import make_backend
-from app.backends.redis import RedisBackend
-from app.backends.redis_cluster import cluster_client
-from app.backends.redis_cluster_connection import ClusterConnection, ClusterSSLConnection
+from app.store import make_backend
+from app.store.redis.backend import RedisBackend
+from app.store.redis.cluster import cluster_client
+from app.store.redis.cluster_connection import ClusterConnection, ClusterSSLConnection
 
 STEPS = range(6)
 """Loop turns the sender waits before sending, so that it meets the close at every point."""

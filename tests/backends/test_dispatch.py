@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.backends import Backend
+from app.store import Backend
 from tests.backends.conftest import LEASE
 from tests.backends.helpers import created_and_claimed, record
 

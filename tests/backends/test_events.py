@@ -9,10 +9,10 @@ import gc
 import orjson
 import pytest
 
-from app.backends import Backend, EventBatch, FencedOut
-from app.backends.base import StoredEvent
-from app.backends.memory import MemoryBackend
-from app.events import MessageQueued
+from app.engine.events import MessageQueued
+from app.store import Backend, EventBatch, FencedOut
+from app.store.contract import StoredEvent
+from app.store.memory.backend import MemoryBackend
 from tests.backends.conftest import LEASE
 from tests.backends.helpers import batch, created_and_claimed
 
@@ -92,7 +92,7 @@ async def test_wait_events_wakes_on_append_and_times_out(backend: Backend) -> No
 
 
 async def test_the_first_event_is_written_with_the_run(backend: Backend) -> None:
-    from app.events import RunCreated
+    from app.engine.events import RunCreated
     from tests.backends.helpers import record
 
     rec, created = await backend.create_run(record(), first_event=RunCreated(model="fake:m"))

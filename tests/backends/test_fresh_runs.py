@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.backends.base import StoredEvent
-from app.backends.fresh_runs import FreshRuns
+from app.store.contract import StoredEvent
+from app.store.fresh_runs import FreshRuns
 
 
 class Clock:

@@ -17,13 +17,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.backends import redis as redis_module
-from app.backends import redis_lean_scripts
-from app.backends.base import FencedOut
-from app.backends.redis import RedisBackend
-from app.backends.redis_lean_scripts import LeanScripts, evalsha
-from app.backends.redis_notes_reader import LeanParams, lean_params
-from app.events import RunCreated
+from app.engine.events import RunCreated
+from app.store.contract import FencedOut
+from app.store.redis import backend as redis_module
+from app.store.redis import lean_scripts as redis_lean_scripts
+from app.store.redis.backend import RedisBackend
+from app.store.redis.lean_scripts import LeanScripts, evalsha
+from app.store.redis.notes_reader import LeanParams, lean_params
 from tests.backends.helpers import batch, created_and_claimed, record
 
 ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return ARGV[1]"

@@ -1,4 +1,4 @@
-"""Live SSE frames on every backend (``feeds``, ``app.sse_tap``): a subscriber that keeps up is
+"""Live SSE frames on every backend (``feeds``, ``app.delivery.tap``): a subscriber that keeps up is
 handed each event's frame once, in order, without re-reading the log per batch; what a note
 does not carry (a big batch) is read from the log."""
 
@@ -8,10 +8,10 @@ import asyncio
 import re
 from typing import Any
 
-from app.backends import Backend
-from app.backends.base import EventBatch
-from app.backends.live_feed import LiveFeeds
-from app.sse_tap import tapped_frames
+from app.delivery.tap import tapped_frames
+from app.store import Backend
+from app.store.contract import EventBatch
+from app.store.live_feed import LiveFeeds
 from tests.backends.helpers import batch, created_and_claimed
 
 _ID = re.compile(rb"^id: (\d+)$", re.M)

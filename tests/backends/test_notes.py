@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from app.backends.redis import RedisBackend
-from app.backends.redis_notify import parse_note
+from app.store.redis.backend import RedisBackend
+from app.store.redis.notify import parse_note
 from tests.backends.helpers import batch, created_and_claimed
 
 

@@ -7,8 +7,8 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from app.backends.redis import RedisBackend
-from app.backends.redis_notes_reader import command, lean_params
+from app.store.redis.backend import RedisBackend
+from app.store.redis.notes_reader import command, lean_params
 from tests.backends.helpers import batch, created_and_claimed
 
 

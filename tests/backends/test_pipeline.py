@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from app.backends.redis_pipeline import ScriptPipeline
+from app.store.redis.pipeline import ScriptPipeline
 
 ECHO = "if ARGV[1] == 'fail' then return redis.error_reply('FENCED') end return ARGV[1]"
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from app.backends import Backend, EventBatch, QueueItemTaken, RunNotFound
-from app.backends.base import BackendError
-from app.run_sink import BackendQueue, EventSink
+from app.store import Backend, EventBatch, QueueItemTaken, RunNotFound
+from app.store.contract import BackendError
+from app.worker.sink import BackendQueue, EventSink
 from tests.backends.helpers import created_and_claimed, msg
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.backends import Backend, EventBatch, RunEnded
+from app.store import Backend, EventBatch, RunEnded
 from tests.backends.helpers import created_and_claimed, msg
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.backends import Backend, FencedOut, IdempotencyConflict
+from app.store import Backend, FencedOut, IdempotencyConflict
 from tests.backends.helpers import record
 
 

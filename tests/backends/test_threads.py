@@ -10,12 +10,12 @@ from pathlib import Path
 
 import orjson
 
-from app.backends import Backend
-from app.backends.base import EventBatch, RunRecord
-from app.events import AgentEnd, RunCreated, encode_event_body, json_bytes, utc_now
-from app.threads.ids import new_thread_id, new_thread_run_id
-from app.threads.model import ThreadPost, ThreadRecord
-from app.threads.store import threads
+from app.engine.events import AgentEnd, RunCreated, encode_event_body, json_bytes, utc_now
+from app.store import Backend
+from app.store.contract import EventBatch, RunRecord
+from app.store.ids import new_thread_id, new_thread_run_id
+from app.store.thread_records import ThreadPost, ThreadRecord
+from app.store.threads import threads
 from providers.messages import AssistantMessage, TextContent, Usage, UserMessage
 
 
@@ -198,7 +198,7 @@ async def ttl_of(backend: Backend, thread_id: str) -> float | None:
     if backend.name == "memory":
         expires = backend._threads[thread_id].expires  # type: ignore[attr-defined]
         return None if expires is None else expires - time.time()
-    from app.backends import redis_keys
+    from app.store.redis import keys as redis_keys
 
     ttl = await backend.client.pttl(redis_keys.thread_key(thread_id, "thread"))  # type: ignore[attr-defined]
     return None if ttl < 0 else ttl / 1000
@@ -218,7 +218,7 @@ async def test_the_thread_ttl_is_refreshed_on_activity(backend: Backend) -> None
 
 
 def test_the_setting_reaches_the_backend() -> None:
-    from app.backends import make_backend
+    from app.store import make_backend
 
     assert threads(make_backend(None, thread_ttl=123)).thread_ttl == 123.0
 
@@ -228,7 +228,7 @@ async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> N
     the keys of the thread's runs included; so do the run scripts a worker runs on them."""
     import re
 
-    from app.backends import make_backend
+    from app.store import make_backend
 
     backend = make_backend(redis_url, lease=1.0, run_ttl=3600)
     await backend.start()
@@ -263,7 +263,7 @@ async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> N
 
 async def test_a_threads_workspace_stays_while_the_thread_does(backend: Backend,
                                                                tmp_path: Path) -> None:
-    from app.janitor import sweep
+    from app.worker.janitor import sweep
 
     alive, gone = await new_thread(backend), new_thread_id()
     for name in (alive, gone):

@@ -21,8 +21,8 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from app import runtime
-from app.backends import make_backend
-from app.events import Event
+from app.engine.events import Event
+from app.store import make_backend
 from providers import fake
 from tests.api.conftest import serve
 from tests.support.tcp_proxy import TcpProxy
@@ -123,7 +123,7 @@ def script() -> list[fake.Step]:
 async def test_eventsource_gets_every_event_once_and_stops_after_the_end(
         browser: Browser, origin: str, store: str, request: pytest.FixtureRequest) -> None:
     """On Redis the first connection opens from what the run's create wrote
-    (``app.backends.fresh_runs``), the reconnect and the 204 from the store."""
+    (``app.store.fresh_runs``), the reconnect and the 204 from the store."""
     GATE.clear()
     recorder = Recorder()
     settings: dict[str, Any] = {"api_keys": "key-a:alpha", "sse_retry_seconds": RETRY}

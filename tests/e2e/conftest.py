@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.backends.memory import MemoryBackend
-from app.main import create_app
+from app.process.main import create_app
+from app.store.memory.backend import MemoryBackend
 from providers.fake import FakeProvider
 from tests.api.conftest import Api, make_settings
 from tests.support.live_server import LiveServer, client_limits
@@ -44,7 +44,7 @@ def backend(request: pytest.FixtureRequest) -> Any:
     """None (the memory backend ``serve_catalog`` makes) or a Redis backend on a flushed db."""
     if request.param == "memory":
         return None
-    from app.backends import make_backend
+    from app.store import make_backend
 
     return make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
 

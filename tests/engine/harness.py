@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from app.backends import Backend, RunRecord, StoredEvent
-from app.backends.base import TERMINAL
-from app.worker import Worker
+from app.store import Backend, RunRecord, StoredEvent
+from app.store.contract import TERMINAL
+from app.worker.worker import Worker
 from providers.base import Provider
 from tests.engine import scripted
 

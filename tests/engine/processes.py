@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from app.backends.redis_keys import worker_key
+from app.store.redis.keys import worker_key
 from tests.support.redis_cluster import is_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

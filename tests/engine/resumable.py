@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from app.backends import Backend
+from app.store import Backend
 from providers.base import ModelRequest, Provider
 from providers.fake import FakeProvider, ScriptItem, Step
 from providers.messages import AssistantMessage

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from app.backends import Backend, BackendError, RunRecord, make_backend
-from app.backends.base import TERMINAL
-from app.backends.redis import RedisBackend
-from app.backends.redis_keys import JOBS_STREAM, inflight_key, queue_key, run_key
 from app.config import Settings
-from app.queues import QueuedMessage
+from app.engine.queues import QueuedMessage
+from app.store import Backend, BackendError, RunRecord, make_backend
+from app.store.contract import TERMINAL
+from app.store.redis.backend import RedisBackend
+from app.store.redis.keys import JOBS_STREAM, inflight_key, queue_key, run_key
 from providers import fake
 from providers.base import ModelRequest
 from providers.fake import FakeProvider, Step

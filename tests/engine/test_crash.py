@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backends import Backend, make_backend
+from app.store import Backend, make_backend
 from tests.engine.harness import events, new_record, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_alive, wait_line
 from tests.engine.resumable import assert_clean_log

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.backends import Backend
+from app.store import Backend
 from providers import fake
 from providers.base import Provider
 from providers.fake import FakeProvider

@@ -24,8 +24,8 @@ import httpx
 import orjson
 import pytest
 
-from app.backends import make_backend
-from app.resume import TOOL_LOST, WORKER_LOST
+from app.engine.resume import TOOL_LOST, WORKER_LOST
+from app.store import make_backend
 from tests.api.conftest import Api, serve
 from tests.engine import takeover_script as script
 from tests.engine.harness import events, wait_event

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from app.run_sink import rfc3339_ms
+from app.worker.sink import rfc3339_ms
 
 
 def _reference(t: float) -> str:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.backends import Backend, BackendError, RunRecord, make_backend
-from app.backends.base import TERMINAL
+from app.store import Backend, BackendError, RunRecord, make_backend
+from app.store.contract import TERMINAL
 from providers import fake
 from tests.engine import scripted
 from tests.engine.harness import events, new_record, worker

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from app import runtime
-from app.backends import Backend
-from app.queues import QueuedMessage
+from app.engine.queues import QueuedMessage
+from app.store import Backend
 from providers import fake
 from providers.fake import FakeProvider
 from providers.messages import UserMessage

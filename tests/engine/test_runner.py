@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from app.backends import Backend
-from app.queues import QueuedMessage
+from app.engine.queues import QueuedMessage
+from app.store import Backend
 from providers import fake
 from providers.messages import UserMessage
 from tests.engine import scripted

@@ -10,10 +10,10 @@ from collections import Counter
 
 import pytest
 
-import app.runner as runner
-from app.backends import Backend
-from app.loop import LoopOutcome
-from app.run_sink import EventSink
+import app.worker.runner as runner
+from app.engine import LoopOutcome
+from app.store import Backend
+from app.worker.sink import EventSink
 from providers.fake import FakeProvider
 from tests.engine import scripted
 from tests.engine.harness import events, new_record, wait_end, wait_event, worker

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.backends import Backend
-from app.queues import QueuedMessage
+from app.engine.queues import QueuedMessage
+from app.store import Backend
 from providers.fake import FakeProvider
 from providers.messages import UserMessage
 from tests.engine import scripted

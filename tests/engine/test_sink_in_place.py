@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import BackendError, EventBatch, FencedOut
-from app.events import AgentEnd, TurnStart
-from app.run_sink import EventSink
+from app.engine.events import AgentEnd, TurnStart
+from app.store.contract import BackendError, EventBatch, FencedOut
+from app.worker.sink import EventSink
 from providers.messages import Usage
 
 Done = Callable[[int, BaseException | None], None]

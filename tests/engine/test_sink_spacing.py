@@ -11,9 +11,9 @@ import asyncio
 import itertools
 from typing import Any
 
-from app.backends.base import EventBatch
-from app.events import AgentEnd, TurnStart
-from app.run_sink import EventSink
+from app.engine.events import AgentEnd, TurnStart
+from app.store.contract import EventBatch
+from app.worker.sink import EventSink
 from providers.messages import Usage
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.backends import Backend, make_backend
-from app.backends.base import RunRecord
-from app.events import RunCreated, json_bytes
-from app.threads.ids import new_thread_id, new_thread_run_id
-from app.threads.model import ThreadPost, ThreadRecord
-from app.threads.store import threads
+from app.engine.events import RunCreated, json_bytes
+from app.store import Backend, make_backend
+from app.store.contract import RunRecord
+from app.store.ids import new_thread_id, new_thread_run_id
+from app.store.thread_records import ThreadPost, ThreadRecord
+from app.store.threads import threads
 from providers.messages import UserMessage
 from tests.engine.harness import events, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer

@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.attempts import judge, settled
-from app.backends import Backend, RunRecord, make_backend
-from app.events import json_bytes
+from app.engine.events import json_bytes
+from app.store import Backend, RunRecord, make_backend
+from app.worker.attempts import judge, settled
 from providers.fake import FakeProvider
 from providers.messages import (
     AssistantMessage,
@@ -153,10 +153,10 @@ async def test_hand_backs_are_not_deaths(backend: Backend) -> None:
 
 
 async def test_a_suspect_takes_its_first_step_alone_among_resumed_runs() -> None:
-    """The gate of ``app.attempts``: a suspect waits for resumed runs already live to finish
+    """The gate of ``app.worker.attempts``: a suspect waits for resumed runs already live to finish
     their first step; resumed runs claimed while it waits or steps wait for it; a suspect
     cancelled while waiting leaves the gate open."""
-    from app.attempts import ResumeGate
+    from app.worker.attempts import ResumeGate
 
     gate = ResumeGate()
     await gate.enter(suspect=False)  # a deadly run resumed first: live at once

@@ -11,10 +11,10 @@ import pytest
 from ag_ui.core import ReasoningMessageContentEvent, TextMessageContentEvent, ToolCallArgsEvent
 from ag_ui.encoder import EventEncoder
 
-from app.dialects.ag_ui import AgUiProjector, Delta
-from app.dialects.ai_sdk import UIMessageProjector
+from app.dialects.ag_ui.projector import AgUiProjector, Delta
+from app.dialects.ai_sdk.projector import UIMessageProjector
 from app.dialects.tail import Projector
-from app.events import (
+from app.engine.events import (
     AgentEnd,
     AgentStart,
     Event,
@@ -29,7 +29,7 @@ from app.events import (
     TurnStart,
     encode_event,
 )
-from app.resume import lost_reply
+from app.engine.resume import lost_reply
 from providers.messages import (
     AssistantMessage,
     TextContent,
@@ -76,7 +76,7 @@ def reply(content: list[Any], stop: str = "stop") -> AssistantMessage:
 
 
 def crashed(resumed_text: str) -> list[dict[str, Any]]:
-    """A worker lost mid-reply, as the runner logs it (``app.resume``): the cut-off reply's
+    """A worker lost mid-reply, as the runner logs it (``app.engine.resume``): the cut-off reply's
     ``message_end`` says so, ``run_resumed``, and the resumed attempt makes the same turn's
     model call again, here streaming ``resumed_text`` and another call."""
     return log(*_lost_start(), *_resumed(resumed_text))

@@ -3,7 +3,7 @@ server: what the library hands its ``onmessage`` for our frames.
 
 The library dispatches a message at every blank line, whatever the block held, so a
 ``: ping\\n\\n`` keep-alive reached ``onmessage`` as ``{data: ""}`` and a page's ``JSON.parse``
-threw. Our only blank lines end blocks with ``data:`` (``app/sse.py``). After the end, a
+threw. Our only blank lines end blocks with ``data:`` (``app/delivery/sse.py``). After the end, a
 reconnect is ``204``, which the documented ``onopen`` turns into a clean stop.
 """
 

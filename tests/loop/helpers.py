@@ -6,9 +6,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.events import Event
-from app.loop import LoopConfig, LoopOutcome, run_loop
-from app.queues import ListQueue
+from app.engine import LoopConfig, LoopOutcome, run_loop
+from app.engine.events import Event
+from app.engine.queues import ListQueue
 from providers.fake import FakeProvider, ScriptItem
 from providers.messages import Message, UserMessage
 from tool_registry import Registry, build_menu, function

@@ -8,10 +8,10 @@ import time
 from typing import Any
 
 from app import runtime
-from app.events import Event
-from app.loop import LoopConfig
-from app.loop.history import repair, unanswered_calls
-from app.loop.streaming import Deadline
+from app.engine import LoopConfig
+from app.engine.events import Event
+from app.engine.history import repair, unanswered_calls
+from app.engine.streaming import Deadline
 from providers import fake
 from providers.base import ForcedTool, ModelRequest
 from providers.events import (

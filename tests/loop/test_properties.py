@@ -10,11 +10,11 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.backends.base import with_seq
-from app.events import Event, RunResumed, encode_event_body
-from app.loop import LoopConfig, Resume, run_loop
-from app.queues import ListQueue
-from app.resume import scan
+from app.engine import LoopConfig, Resume, run_loop
+from app.engine.events import Event, RunResumed, encode_event_body
+from app.engine.queues import ListQueue
+from app.engine.resume import scan
+from app.store.contract import with_seq
 from providers import fake
 from providers.fake import FakeProvider, Step
 from providers.messages import (

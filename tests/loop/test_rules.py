@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from app.loop import LoopConfig
-from app.loop.tool_exec import CUT_OFF_BY_LENGTH, SKIPPED_FOR_STEERING
+from app.engine import LoopConfig
+from app.engine.tool_exec import CUT_OFF_BY_LENGTH, SKIPPED_FOR_STEERING
 from providers import fake
 from providers.base import ForcedTool, ModelRequest
 from providers.events import StartEvent, TextDelta, TextStart
@@ -310,7 +310,7 @@ async def test_a_provider_that_raises_still_gets_one_agent_end() -> None:
         def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
             return self._gen()
 
-    from app.loop import run_loop
+    from app.engine import run_loop
     from tool_registry import build_menu
 
     events: list = []

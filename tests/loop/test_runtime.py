@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app import runtime
-from app.events import Event, TurnEnd
-from app.loop import LoopConfig, Resume, run_loop
+from app.engine import LoopConfig, Resume, run_loop
+from app.engine.events import Event, TurnEnd
 from providers import fake
 from providers.fake import FakeProvider
 from providers.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from app import runtime
-from app.loop import LoopConfig, run_loop
+from app.engine import LoopConfig, run_loop
 from providers import fake
 from providers.base import Provider
 from providers.fake import FakeProvider

@@ -20,7 +20,7 @@ import httpx
 import uvicorn
 import uvloop
 
-from app.draining import DrainingServer
+from app.delivery.draining import DrainingServer
 
 T = TypeVar("T")
 

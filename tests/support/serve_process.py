@@ -19,7 +19,7 @@ async def start_serve(port: int, cwd: Path, *, stdout: int | None = asyncio.subp
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
     env.update(settings)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.cli", "serve", "--port", str(port), cwd=cwd, env=env,
+        sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), cwd=cwd, env=env,
         stdout=stdout, stderr=stderr)
 
 

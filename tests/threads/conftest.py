@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.backends.memory import MemoryBackend
-from app.main import create_app
+from app.process.main import create_app
+from app.store.memory.backend import MemoryBackend
 from providers.base import ModelRequest
 from providers.events import ProviderEvent
 from providers.fake import Step, text, tool_calls
@@ -137,7 +137,7 @@ async def serve_threads(kind: str, redis: str | None = None, **overrides: Any
                         ) -> AsyncIterator[ThreadApi]:
     provider = EchoProvider()
     if kind in ("redis", "cluster"):
-        from app.backends import make_backend
+        from app.store import make_backend
 
         store: Any = make_backend(redis, lease=5.0, run_ttl=3600, cluster=kind == "cluster")
     else:

@@ -1,4 +1,4 @@
-"""``app.threads.conversation.Thread``: the in-process conversation helper, with the same
+"""``app.runtime.thread.Thread``: the in-process conversation helper, with the same
 semantics as the service's threads (a scripted provider, no service)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from app import runtime
-from app.threads.conversation import Thread, ThreadBusy
+from app.runtime.thread import Thread, ThreadBusy
 from providers.messages import AssistantMessage, UserMessage
 from tests.threads.conftest import EchoProvider
 

@@ -1,0 +1,179 @@
+"""Every failure the API reports, as one JSON shape (API.md)::
+
+    {"error": {"code": "<machine_code>", "message": "<human sentence>", "field": "<path>|null"}}
+
+Status codes: 400 malformed JSON or an unknown model/tool/toolset, 401 no or bad credentials,
+404 unknown run or route, 405 wrong method, 409 idempotency conflict / run ended / message taken,
+413 body too large, 415 not JSON, 422 a body or query field of the wrong shape (a missing
+``input`` included), 503 the backend is unreachable (with ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from app.api.methods import allowed_methods
+from app.api.schemas import ErrorBody
+from app.store.contract import (
+    BackendError,
+    IdempotencyConflict,
+    QueueItemTaken,
+    RunEnded,
+    RunNotFound,
+)
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 409: "conflict", 413: "body_too_large",
+               415: "unsupported_media_type", 422: "validation_error",
+               503: "backend_unavailable"}
+
+
+class ApiError(Exception):
+    """An error the API reports as is."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers
+
+
+_DOC = {400: "malformed JSON, or an unknown model, tool or toolset",
+        401: "missing or invalid API key", 404: "no such run (or another tenant's)",
+        409: "conflict (idempotency key, ended run, message taken)",
+        413: "request body too large", 415: "request body is not application/json",
+        422: "a field of the wrong shape", 503: "the run store is unavailable (Retry-After)"}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for error statuses, each with the API.md error body (this also
+    replaces FastAPI's default 422 schema, which is not the body this app sends)."""
+    return {status: {"model": ErrorBody, "description": _DOC[status]} for status in statuses}
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The API.md error object."""
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """A JSON error response."""
+    return JSONResponse(error_body(code, message, field), status_code=status, headers=headers)
+
+
+_DISCRIMINATORS = frozenset({"user", "assistant", "tool_result", "text", "image", "thinking",
+                             "tool_call"})
+
+
+def field_path(loc: Sequence[int | str]) -> str | None:
+    """``("body", "input", 2, "content")`` → ``"input[2].content"``.
+
+    pydantic adds the union member it tried to the location: type names (``str``,
+    ``list[...]``) are skipped, a discriminator value after an index is skipped, and a model
+    name ends the path (the error is reported on the union field itself)."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    out = ""
+    for i, part in enumerate(parts):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part[:1].isupper():
+            break
+        elif "[" in part or part in _TYPE_NAMES or _is_discriminator(parts, i):
+            continue
+        else:
+            out += f".{part}" if out else part
+    return out or None
+
+
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _is_discriminator(parts: list[int | str], i: int) -> bool:
+    before_ok = i == 0 or isinstance(parts[i - 1], int)
+    return before_ok and parts[i] in _DISCRIMINATORS and i + 1 < len(parts)
+
+
+def deepest_error(errors: Sequence[Any]) -> Any:
+    """The most specific of pydantic's errors (union members each add one)."""
+    return max(errors, key=lambda e: len(field_path(e.get("loc", ())) or ""))
+
+
+def _first_error(errors: Sequence[Any]) -> tuple[str, str, str | None]:
+    """(code, message, field) of the first pydantic error."""
+    err = deepest_error(errors)
+    if err.get("type") == "json_invalid":
+        return "invalid_json", f"malformed JSON: {err.get('ctx', {}).get('error', '')}", None
+    field = field_path(err.get("loc", ()))
+    if err.get("type") == "missing" and field is None:
+        return "validation_error", "a JSON request body is required", None
+    message = str(err.get("msg", "invalid value"))
+    return "validation_error", f"{field}: {message}" if field else message, field
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    code, message, field = _first_error(exc.errors())
+    return error_response(400 if code == "invalid_json" else 422, code, message, field)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "error")
+    message = exc.detail if isinstance(exc.detail, str) else code
+    headers = dict(exc.headers or {})
+    if exc.status_code == 404 and message == "Not Found":
+        message = f"no route {request.method} {request.url.path}"
+    if exc.status_code == 405:
+        allowed = allowed_methods(request.app.routes, request.scope)
+        headers["Allow"] = ", ".join(allowed)
+        message = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
+    return error_response(exc.status_code, code, message, None, headers)
+
+
+async def _backend_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, RunNotFound):
+        return error_response(404, "run_not_found", "no such run")
+    if isinstance(exc, IdempotencyConflict):
+        return error_response(409, "idempotency_conflict", "this Idempotency-Key was used with "
+                              "a different request body", None)
+    if isinstance(exc, QueueItemTaken):
+        return error_response(409, "message_taken", "the loop already took this message")
+    if isinstance(exc, RunEnded):
+        return error_response(409, "run_ended", "the run has ended")
+    log.warning("backend error on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(503, "backend_unavailable", "the run store is unavailable; retry",
+                          headers={"Retry-After": "1"})
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "internal_error", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every exception the app can see to the API.md error body."""
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(BackendError, _backend_error)
+    app.add_exception_handler(Exception, _internal_error)

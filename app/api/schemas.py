@@ -1,0 +1,257 @@
+"""Request and response bodies of the HTTP API (API.md). Field shapes only: references to
+models, tools and messages are checked in ``app/api/run_requests.py``.
+
+Unknown fields in request bodies are refused (422), so a misspelt option is never silently
+ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+
+from app.api.thread_schemas import MultitaskField, MultitaskOutcome
+
+QueueModeField = Literal["one-at-a-time", "all"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    """A reference to a component of ``app/api/wire_schema.py``; ``app.api.openapi`` turns it into a
+    ``$ref`` (pydantic would try to resolve a ``$ref`` among its own definitions)."""
+    return {"x-component": name}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Fields kept as plain JSON at run time (they are already validated or built from the domain
+# types) but documented as the named schemas they are
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+OptionalDateTime = Annotated[str | None, WithJsonSchema(
+    _nullable({"type": "string", "format": "date-time"}))]
+UsageJson = Annotated[dict[str, int], WithJsonSchema(_ref("Usage"))]
+MessagesJson = Annotated[list[dict[str, Any]], WithJsonSchema(
+    {"type": "array", "items": _ref("Message")})]
+InputJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("MessageInput")}]})]
+ContentInJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("UserContentInput")}]})]
+ContentOutJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("UserContent")}]})]
+
+
+class ForcedChoice(BaseModel):
+    """``tool_choice`` forcing one function."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+
+
+class ClientTool(BaseModel):
+    """A tool the frontend runs (``client_tools``): on the model's menu like any tool; a pick
+    of it parks the run until ``POST /runs/{id}/tool_results`` answers."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (an object schema)")
+
+
+class CreateRun(BaseModel):
+    """``POST /runs`` body."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"input": "What is 6 times 7?"}]})
+
+    model: str | None = Field(default=None, description="provider:model; server default if unset")
+    input: InputJson = Field(description="a user message, or a conversation")
+    system: str | None = None
+    tools: list[str] | None = None
+    toolset: str | None = None
+    tools_source: str = "api"
+    tools_allow: list[str] | None = None
+    tools_deny: list[str] | None = None
+    tool_choice: Literal["auto", "required", "none"] | ForcedChoice = "auto"
+    reset_tool_choice: StrictBool = True
+    parallel_tool_calls: StrictBool | None = None
+    max_iterations: StrictInt | None = 20
+    steering_mode: QueueModeField = "one-at-a-time"
+    follow_up_mode: QueueModeField = "one-at-a-time"
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: StrictInt | None = Field(
+        default=None, ge=1,
+        description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
+    timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds the run may take from its start before it ends with stop_reason "
+                    "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    thread_id: str | None = Field(default=None, pattern=r"^thr_[0-9a-f]{32}$", description=(
+        "continue this thread (as POST /threads/{id}/runs): input is the new user message(s); "
+        "404 thread_not_found when no such thread is yours"))
+    multitask: MultitaskField | None = Field(default=None, description=(
+        "with thread_id: what the message does while the thread is busy (default enqueue)"))
+    approval: list[str] | Literal["all", "unsafe"] | None = Field(
+        default=None, description="tools (or toolsets) whose picks wait for approval, or a "
+        "policy: 'all' tools, or 'unsafe' ones (tools with unsafe_in channels)")
+    approval_timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds a parked run waits; then its unanswered picks are denied")
+    client_tools: list[ClientTool] | None = None
+
+
+class PendingCall(BaseModel):
+    """A pick a ``requires_action`` run waits for."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    kind: Literal["approval", "client_tool"]
+    decided: bool
+    depth: int = Field(default=0, description=(
+        "0: the run's own loop picked it; n: a loop nested n deep in a tool call picked it"))
+    parent_tool_call_id: str | None = Field(default=None, description=(
+        "the tool call whose body runs that nested loop (only when depth > 0)"))
+
+
+class ApprovalIn(BaseModel):
+    """``POST /runs/{id}/approvals`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str = Field(min_length=1, max_length=256)
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, max_length=4096)
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="approve with these arguments instead of the model's "
+        "(validated against the tool's schema)")
+
+
+class ToolResultIn(BaseModel):
+    """``POST /runs/{id}/tool_results`` body: a client tool's result."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str = Field(min_length=1, max_length=256)
+    content: str | list[dict[str, Any]]
+    is_error: StrictBool = False
+
+
+class QueueCounts(BaseModel):
+    """Waiting messages per queue."""
+
+    steer: int = 0
+    follow_up: int = 0
+
+
+class Run(BaseModel):
+    """The Run object."""
+
+    id: str
+    status: Annotated[Literal["queued", "running", "requires_action", "completed", "failed",
+                              "cancelled"], WithJsonSchema(_ref("RunStatus"))]
+    model: str
+    created_at: DateTime
+    started_at: OptionalDateTime
+    ended_at: OptionalDateTime
+    stop_reason: Annotated[str | None, WithJsonSchema(_nullable(_ref("RunStopReason")))]
+    error: str | None
+    result: str | None
+    usage: UsageJson
+    messages: MessagesJson
+    metadata: dict[str, str]
+    queue: QueueCounts
+    events_url: str
+    pending: list[PendingCall] = Field(default_factory=list, description=(
+        "the picks a requires_action run waits for (empty otherwise)"))
+    stream_token: str | None = Field(default=None, description=(
+        "a fresh token for this run's events (`GET /runs/{id}/events?token=`): read-only, "
+        "scoped to this run, valid AGENTLOOP_STREAM_TOKEN_TTL seconds; every Run returned "
+        "carries a new one"))
+    thread_id: str | None = Field(default=None, description="the thread this run belongs to")
+    multitask: MultitaskOutcome | None = Field(default=None, description=(
+        "on the answer to a thread post: what the posted message did"))
+
+
+class RunList(BaseModel):
+    """``GET /runs``: newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
+
+    runs: list[Run]
+    next_cursor: str | None
+
+
+class QueueMessageIn(BaseModel):
+    """``POST /runs/{id}/steer`` and ``/follow_up`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: ContentInJson
+
+
+class Queued(BaseModel):
+    """A message accepted into a queue."""
+
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    position: int
+
+
+class QueueItem(BaseModel):
+    """A message still waiting in a queue."""
+
+    message_id: str
+    kind: Literal["steer", "follow_up"]
+    position: int
+    content: ContentOutJson
+
+
+class QueueList(BaseModel):
+    """``GET /runs/{id}/queue``: steering first, oldest first."""
+
+    messages: list[QueueItem]
+
+
+class ToolInfo(BaseModel):
+    """One entry of ``GET /tools``."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    toolsets: list[str]
+    deferred: bool
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a machine code, a sentence, and the offending field (or null)."""
+
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body (API.md)."""
+
+    error: ErrorDetail
+
+
+class SandboxProbe(BaseModel):
+    """The start-up run of one real sandboxed program (``/readyz``)."""
+
+    ok: bool
+    mode: str
+    """The mode it ran in: ``bubblewrap``, ``unsafe`` or ``disabled`` (not run)."""
+    detail: str
+    seconds: float
+
+
+class Health(BaseModel):
+    """``/healthz`` and ``/readyz``."""
+
+    status: Literal["ok", "ready", "unavailable"]
+    backend: str | None = None
+    sandbox: str | None = None
+    """How code tools run now; ``disabled`` when the start-up probe failed."""
+    sandbox_probe: SandboxProbe | None = None

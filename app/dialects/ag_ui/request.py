@@ -1,0 +1,156 @@
+"""AG-UI's ``RunAgentInput`` (``ag-ui-protocol`` 1.0) as a run request.
+
+The thread id names the conversation (``app/dialects/conversation.py``), whose history the
+server keeps: the last message, the user's, is posted to it; the earlier ones are checked but
+not used. Per message role: ``user`` text and
+``image`` parts with inline (``data``) sources; ``assistant`` text and tool calls; ``tool``
+results (matched to their call by id); ``system`` and ``developer`` text joins the run's
+``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
+messages are left out. ``state`` is not used: agentloop keeps no agent state.
+``forwardedProps.agentloop`` takes the ``POST /runs`` options (model, server tools, ...) and
+``cancel_on_disconnect``; other forwarded props are left alone.
+
+Frontend-defined ``tools`` are the run's ``client_tools``: a pick of one ends the AG-UI run
+with the pending tool call (the client runs it), and the next input, whose last messages are
+the ``tool`` messages with its results, answers the waiting run (``tool_answers``, as
+``POST /runs/{id}/tool_results``) instead of posting a new user message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from ag_ui.core import RunAgentInput
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from app.api.errors import ApiError, deepest_error, field_path
+from app.api.schemas import ForcedChoice
+
+_SKIPPED_ROLES = frozenset({"reasoning", "activity"})
+
+
+class AgentloopProps(BaseModel):
+    """``forwardedProps.agentloop``: run options."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    system: str | None = None
+    tools: list[str] | None = Field(default=None, description="server-side tools by name")
+    toolset: str | None = None
+    tool_choice: Literal["auto", "required", "none"] | ForcedChoice | None = None
+    max_iterations: StrictInt | None = None
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    timeout: float | None = Field(default=None, gt=0, strict=True)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = None
+    cancel_on_disconnect: StrictBool = False
+
+
+def _invalid(field: str, problem: str, status: int = 422,
+             code: str = "validation_error") -> ApiError:
+    return ApiError(status, code, f"{field}: {problem}", field)
+
+
+def agentloop_props(body: RunAgentInput) -> AgentloopProps:
+    """The run options in ``forwardedProps.agentloop`` (422 naming the field if malformed)."""
+    props = body.forwarded_props
+    raw = props.get("agentloop") if isinstance(props, dict) else None
+    try:
+        return AgentloopProps.model_validate(raw or {})
+    except ValidationError as exc:
+        sub = field_path(deepest_error(exc.errors()).get("loc", ()))
+        field = "forwardedProps.agentloop" + (f".{sub}" if sub else "")
+        raise _invalid(field, str(deepest_error(exc.errors()).get("msg"))) from exc
+
+
+def client_tools(body: RunAgentInput) -> list[dict[str, Any]] | None:
+    """The input's frontend tools as ``client_tools`` (None: it has none)."""
+    return [{"name": t.name, "description": t.description or "",
+             "parameters": t.parameters or {"type": "object", "properties": {}}}
+            for t in body.tools or []] or None
+
+
+def tool_answers(body: RunAgentInput) -> list[tuple[str, str, bool]]:
+    """``(tool call id, content, is_error)`` of the ``tool`` messages that end the input (the
+    results of frontend tools the last run ended with)."""
+    out: list[tuple[str, str, bool]] = []
+    for message in reversed([m.model_dump(by_alias=True) for m in body.messages]):
+        if message["role"] != "tool":
+            break
+        result = _tool_result(message, {})
+        out.append((result["tool_call_id"], result["content"][0]["text"], result["is_error"]))
+    return out[::-1]
+
+
+def to_messages(body: RunAgentInput) -> tuple[list[dict[str, Any]], str | None]:
+    """(our messages, the system text) of the input; the last message must be the user's."""
+    out: list[dict[str, Any]] = []
+    system: list[str] = []
+    names: dict[str, str] = {}  # tool call id → tool name
+    raw = [m.model_dump(by_alias=True) for m in body.messages]
+    for i, message in enumerate(raw):
+        role = message["role"]
+        if role in ("system", "developer"):
+            system.append(str(message.get("content") or ""))
+        elif role == "user":
+            out.append({"role": "user", "content": _user_content(message, f"messages[{i}]")})
+        elif role == "assistant":
+            out.append(_assistant(message, names))
+        elif role == "tool":
+            out.append(_tool_result(message, names))
+        elif role not in _SKIPPED_ROLES:
+            raise _invalid(f"messages[{i}].role", f"unknown role {role!r}")
+    if not raw or raw[-1]["role"] != "user":
+        raise _invalid(f"messages[{max(len(raw) - 1, 0)}].role",
+                       "the last message must be the user's")
+    system += [f"{c.description}: {c.value}" for c in body.context or []]
+    return out, "\n\n".join(s for s in system if s) or None
+
+
+def _user_content(message: dict[str, Any], field: str) -> str | list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    blocks: list[dict[str, Any]] = []
+    for j, part in enumerate(content or []):
+        if part.get("type") == "text":
+            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        elif part.get("type") == "image" and (part.get("source") or {}).get("type") == "data":
+            source = part["source"]
+            blocks.append({"type": "image", "data": source["value"],
+                           "mime_type": source.get("mimeType", "")})
+        else:
+            raise _invalid(f"{field}.content[{j}]", "only text and inline (data) image parts "
+                           "are accepted")
+    return blocks
+
+
+def _assistant(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": str(message["content"])})
+    for call in message.get("toolCalls") or []:
+        names[call["id"]] = call["function"]["name"]
+        content.append({"type": "tool_call", "id": call["id"], "name": call["function"]["name"],
+                        "arguments": _arguments(call["function"].get("arguments"))})
+    return {"role": "assistant", "content": content}
+
+
+def _arguments(raw: object) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw) if isinstance(raw, str) and raw else {}
+    except orjson.JSONDecodeError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_result(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(
+        str(p.get("text", "")) for p in content or [] if p.get("type") == "text")
+    call_id = str(message.get("toolCallId"))
+    return {"role": "tool_result", "tool_call_id": call_id,
+            "tool_name": names.get(call_id, "unknown"),
+            "content": [{"type": "text", "text": text}], "is_error": bool(message.get("error"))}

@@ -1,0 +1,116 @@
+"""``/ai-sdk/chat``: the endpoint ``useChat`` (Vercel AI SDK 7) talks to unchanged.
+
+The chat id is a thread (``app/dialects/conversation.py``). ``POST /ai-sdk/chat`` posts the
+chat's last user message to it and streams the run that carries it as the SDK's UI message
+stream (``app/dialects/ai_sdk/projector.py``); ``GET /ai-sdk/chat/{chat_id}/stream`` is the
+transport's reconnect (``useChat({resume: true})``): the thread's active run replayed from seq 1
+out of the stored log, then live, or ``204`` when none is active (the SDK then stays idle).
+Closing the stream (the SDK's ``stop()``) leaves the run running unless the request set
+``cancel_on_disconnect``; steer, follow up or cancel it through ``/runs/{run_id}/...`` with the
+``run_id`` of the message metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response
+from sse_starlette import EventSourceResponse
+
+from app.api.errors import ApiError, documented
+from app.api.routes.approvals import decide_call
+from app.api.routes.deps import PrincipalDep, ServicesDep
+from app.api.routes.events import _seq
+from app.api.routes.strict_json import StrictJsonRoute
+from app.delivery.sse import EventStreamResponse
+from app.dialects.ai_sdk.answers import Answer, answers
+from app.dialects.ai_sdk.projector import HEADERS, UIMessageProjector, chunk_frame
+from app.dialects.ai_sdk.request import CHAT_ID, ChatRequest, to_messages
+from app.dialects.conversation import active_run, post_turn, turn_body
+from app.dialects.tail import poll_seconds, projected_frames
+from app.process.services import Services
+from app.store.contract import Backend
+
+router = APIRouter(tags=["ai-sdk"], route_class=StrictJsonRoute)
+_STREAM: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}},
+                 "description": "the AI SDK UI message stream (x-vercel-ai-ui-message-stream: v1)"}}
+
+
+def ui_stream(backend: Backend, run_id: str, *, poll: float, after: int = 0,
+              cancel_on_disconnect: bool = False, head: bytes = b"") -> EventStreamResponse:
+    """The run's log projected as a UI message stream, with the protocol's headers."""
+    frames = projected_frames(backend, run_id, UIMessageProjector(), after=after, poll=poll,
+                              cancel_on_disconnect=cancel_on_disconnect)
+    response = EventStreamResponse(_after(head, frames) if head else frames)
+    response.headers.update(HEADERS)
+    return response
+
+
+async def _after(head: bytes, frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield head
+    async for frame in frames:
+        yield frame
+
+
+async def _answer_run(body: ChatRequest, svc: Services, tenant: str) -> Response:
+    """The chat's waiting run takes the answers of the last message; the rest of the run
+    streams as the continuation of that message (``start`` with the same id)."""
+    found = answers(body.messages[-1], f"messages[{len(body.messages) - 1}]")
+    record = await active_run(svc, tenant, body.id)
+    if record is None or record.status != "requires_action":
+        raise ApiError(409, "not_waiting", "the chat has no run waiting for an answer")
+    state = await svc.backend.parked_state(record.id)
+    waiting = {c["tool_call_id"]: c["kind"] for c in (state.calls if state else [])
+               if not c.get("decided")}
+    taken: list[Answer] = [a for a in found if waiting.get(a.tool_call_id) == a.kind]
+    if not taken:
+        raise ApiError(409, "unknown_call", "the last message answers no call the run waits "
+                       "for", "messages")
+    for answer in taken:
+        await decide_call(svc, tenant, record.id, answer.tool_call_id, answer.kind,
+                          answer.decision)
+    meta = {"run_id": record.id, "events_url": f"/runs/{record.id}/events"}
+    head = chunk_frame(record.last_seq, {"type": "start", "messageId": record.id,
+                                         "messageMetadata": meta})
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+                     after=record.last_seq, head=head,
+                     cancel_on_disconnect=body.cancel_on_disconnect)
+
+
+@router.post("/ai-sdk/chat", operation_id="aiSdkChat",
+             response_class=EventSourceResponse,
+             responses={**_STREAM, **documented(400, 401, 409, 413, 415, 422, 503)})
+async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
+    """Post the chat's last user message to its thread; stream the run that carries it as UI
+    message chunks. A last message of the assistant's answers the chat's waiting run
+    (``app/dialects/ai_sdk/answers.py``)."""
+    if body.messages[-1].get("role") == "assistant":
+        return await _answer_run(body, svc, who.tenant)
+    messages, system = to_messages(body.messages)
+    options = body.run_options()
+    if system and "system" not in options:
+        options["system"] = system
+    outcome = await post_turn(svc, who.tenant, body.id, turn_body(body.id, messages[-1], options))
+    return ui_stream(svc.backend, outcome.run_id,
+                     poll=poll_seconds(svc.settings.sse_ping_seconds),
+                     cancel_on_disconnect=body.cancel_on_disconnect)
+
+
+@router.get("/ai-sdk/chat/{chat_id}/stream", operation_id="aiSdkResumeChat",
+             response_class=EventSourceResponse,
+            responses={**_STREAM, 204: {"description": "the chat has no active run"},
+                       **documented(401, 404, 422, 503)})
+async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
+                 last_event_id: Annotated[str | None, Header()] = None) -> Response:
+    """The chat's active run: replayed from its start (or after ``Last-Event-ID``), then live;
+    ``204`` when the chat has none."""
+    if not re.fullmatch(CHAT_ID, chat_id):
+        raise ApiError(404, "not_found", "no such chat")
+    after = _seq(last_event_id, "Last-Event-ID")
+    record = await active_run(svc, who.tenant, chat_id)
+    if record is None:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+                     after=after)

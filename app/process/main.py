@@ -1,0 +1,97 @@
+"""The FastAPI application: routes, error handlers, body guard, CORS and the lifespan.
+
+``create_app(settings, backend=..., resolve_provider=...)`` builds an app (tests inject a backend
+and a provider resolver); ``app_factory`` is what uvicorn loads
+(``uvicorn --factory app.process.main:app_factory``). The lifespan owns the shared
+``httpx.AsyncClient``, the backend, the provider catalog, the tool registry set-up and (unless
+``worker=False``) the embedded worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi_offline import FastAPIOffline
+from starlette.types import Scope
+
+from app.api.body_guard import BodyGuard
+from app.api.errors import install_error_handlers
+from app.api.methods import HeadAsGet
+from app.api.openapi import install_contract
+from app.api.routes import approvals, events, health, playground, queue, runs, threads, tools
+from app.api.run_requests import ResolveProvider
+from app.config import Settings, load_settings
+from app.delivery.server_send import StashServerSend
+from app.dialects.ag_ui import routes as ag_ui
+from app.dialects.ai_sdk import routes as ai_sdk
+from app.process.services import check_tool_modules, open_services
+from app.store.contract import Backend
+from app.telemetry.logs import RunLogContext, setup_logging
+
+API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
+EXPOSED_HEADERS = ["Location", "Retry-After", "WWW-Authenticate", "Allow"]
+"""Response headers a cross-origin page may read (beyond the CORS-safelisted ones): the new
+run's ``Location``, ``Retry-After`` of a 503, the 401 challenge, a 405's ``Allow``."""
+
+
+def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
+               resolve_provider: ResolveProvider | None = None,
+               worker: bool = True) -> FastAPI:
+    """The app; nothing is started until its lifespan runs."""
+    cfg = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_services(cfg, backend=backend, resolve_provider=resolve_provider,
+                                 worker=worker) as services:
+            app.state.services = services
+            yield
+
+    # /docs (Swagger UI) and /redoc from assets shipped in the package, never from a CDN
+    app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
+                         lifespan=lifespan)
+    install_error_handlers(app)
+    install_contract(app)
+    for module in (runs, events, queue, approvals, threads, tools, health, ai_sdk,
+                   ag_ui):
+        app.include_router(module.router)
+    if cfg.playground:
+        app.include_router(playground.router)
+    app.add_middleware(HeadAsGet, routes=app.routes)
+    app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
+    app.add_middleware(RunLogContext, tenant_of=_tenant_of)
+    _add_cors(app, cfg.cors_origin_list())
+    app.add_middleware(StashServerSend)  # outermost of ours: app.delivery.server_send
+    return app
+
+
+def _add_cors(app: FastAPI, origins: list[str]) -> None:
+    """CORS for ``AGENTLOOP_CORS_ORIGINS`` (off when empty). The API authenticates with a
+    bearer header or a ``?token=``, never a cookie, so ``*`` serves every page; a list of
+    origins also admits credentialed requests (``withCredentials``), which ``*`` cannot."""
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=EXPOSED_HEADERS,
+                           allow_credentials="*" not in origins)
+
+
+def _tenant_of(scope: Scope, run_id: str) -> str | None:
+    """The tenant a request's credentials name, for its log lines (None if they do not)."""
+    services = getattr(scope["app"].state, "services", None)
+    if services is None:
+        return None
+    try:
+        return str(services.auth.authenticate(Request(scope), stream_run_id=run_id).tenant)
+    except Exception:  # bad credentials: the route answers 401; the log just lacks a tenant
+        return None
+
+
+def app_factory() -> FastAPI:
+    """The app from the environment (for ``uvicorn --factory``)."""
+    settings = load_settings()
+    setup_logging(settings.log_level, settings.log_format)
+    check_tool_modules(settings)  # one line and exit 1, not a traceback from the lifespan
+    return create_app(settings)

@@ -1,0 +1,122 @@
+"""Reading threads in the in-process backend (the read half of ``MemoryThreads``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from app.store.contract import now
+from app.store.ids import thread_of_run
+from app.store.thread_records import (
+    ThreadPage,
+    ThreadRecord,
+    parse_thread_cursor,
+    thread_cursor,
+    thread_matches,
+)
+from app.store.threads import DEFAULT_THREAD_TTL
+
+if TYPE_CHECKING:
+    from app.store.memory.backend import _RunState
+
+
+class Thread:
+    """Everything stored for one thread."""
+
+    __slots__ = ("changed", "expires", "idem", "inputs", "msgs", "record")
+
+    def __init__(self, record: ThreadRecord) -> None:
+        self.record = record
+        self.msgs: list[bytes] = []
+        self.inputs: dict[str, list[bytes]] = {}
+        self.idem: dict[str, str] = {}
+        self.expires: float | None = None
+        self.changed = asyncio.Event()
+
+
+class MemoryThreadReads:
+    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
+
+    thread_ttl: float = DEFAULT_THREAD_TTL
+    _state: dict[str, _RunState]
+
+    @property
+    def _threads(self) -> dict[str, Thread]:
+        found: dict[str, Thread] | None = self.__dict__.get("_threads_")
+        if found is None:
+            found = self.__dict__["_threads_"] = {}
+        return found
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """See ``ThreadStore.get_thread``."""
+        thread = self._thread(thread_id)
+        return copy_thread(thread.record) if thread else None
+
+    async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
+                           limit: int, cursor: str | None) -> ThreadPage:
+        """See ``ThreadStore.list_threads``."""
+        found = [t.record for t in list(self._threads.values())
+                 if t.record.tenant == tenant and self._thread(t.record.id) is not None]
+        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        after = parse_thread_cursor(cursor)
+        page = [copy_thread(r) for r in found if (after is None or (r.created_at, r.id) < after)
+                and thread_matches(r, status, metadata)][:limit + 1]
+        more = len(page) > limit
+        page = page[:limit]
+        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
+
+    async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
+        """See ``ThreadStore.thread_messages``."""
+        thread = self._thread(thread_id)
+        if thread is None:
+            return []
+        out = list(thread.msgs)
+        active = thread.record.active_run
+        if active:
+            state = self._state.get(active)
+            out += (state.ckpt if state and state.ckpt else thread.inputs.get(active, []))
+        return [orjson.loads(m) for m in out]
+
+    async def thread_run_inputs(self, run_id: str) -> tuple[list[dict[str, Any]],
+                                                             list[dict[str, Any]]]:
+        """See ``ThreadStore.thread_run_inputs``."""
+        thread = self._thread(thread_of_run(run_id) or "")
+        if thread is None:
+            return [], []
+        return ([orjson.loads(m) for m in thread.msgs],
+                [orjson.loads(m) for m in thread.inputs.get(run_id, [])])
+
+    async def wait_thread(self, thread_id: str, runs: int,
+                          timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
+        """See ``ThreadStore.wait_thread``."""
+        thread = self._thread(thread_id)
+        if thread is not None and len(thread.record.runs) <= runs:
+            try:
+                async with asyncio.timeout(timeout):
+                    await thread.changed.wait()
+            except TimeoutError:
+                pass
+        return await self.get_thread(thread_id)
+
+    def _thread(self, thread_id: str) -> Thread | None:
+        thread = self._threads.get(thread_id)
+        if thread is not None and thread.expires is not None and thread.expires < now():
+            del self._threads[thread_id]
+            return None
+        return thread
+
+
+def wake(thread: Thread) -> None:
+    """Wake everyone waiting for the thread to change."""
+    thread.changed.set()
+    thread.changed = asyncio.Event()
+
+
+def copy_thread(record: ThreadRecord) -> ThreadRecord:
+    """A copy callers may change freely."""
+    return ThreadRecord(id=record.id, tenant=record.tenant, created_at=record.created_at,
+                        updated_at=record.updated_at, metadata=dict(record.metadata),
+                        active_run=record.active_run, next_run=record.next_run,
+                        runs=list(record.runs))

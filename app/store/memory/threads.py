@@ -1,0 +1,224 @@
+"""Threads for the in-process backend (a mixin of ``MemoryBackend``).
+
+Each operation runs without an ``await`` between its reads and writes, so on one event loop it
+is as atomic as the Redis backend's scripts. A thread's history and run inputs are JSON bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from app.engine.events import MessageQueued, RunCreated, encode_event_body, json_bytes, utc_now
+from app.engine.queues import QueuedMessage, QueueKind
+from app.store.contract import (
+    TERMINAL,
+    IdempotencyConflict,
+    RunRecord,
+    first_event_body,
+    now,
+    with_seq,
+)
+from app.store.ids import new_thread_run_id
+from app.store.memory.thread_reads import MemoryThreadReads, Thread, copy_thread, wake
+from app.store.thread_records import (
+    PostOutcome,
+    ThreadNotFound,
+    ThreadPost,
+    ThreadRecord,
+    successor,
+)
+from providers.messages import UserMessage, message_adapter
+
+if TYPE_CHECKING:
+    from app.store.memory.backend import _RunState
+
+QUEUED_ACTION = {"enqueue": "queued", "steer": "steered", "interrupt": "interrupted"}
+LEFTOVER_ORDER: tuple[tuple[str, QueueKind], ...] = (
+    ("inflight", "steer"), ("queue", "steer"), ("inflight", "follow_up"), ("queue", "follow_up"))
+"""The order messages a run never took are carried into the next run."""
+
+
+class MemoryThreads(MemoryThreadReads):
+    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
+
+    _runs: dict[str, RunRecord]
+    _cancelled: set[str]
+
+    def _record(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _push_job(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def _cancel_event(self, run_id: str) -> asyncio.Event:
+        raise NotImplementedError
+
+    async def create_thread(self, record: ThreadRecord) -> None:
+        """See ``ThreadStore.create_thread``."""
+        thread = self._threads[record.id] = Thread(copy_thread(record))
+        self._touch(thread)
+
+    async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
+        """See ``ThreadStore.create_thread_if_absent``."""
+        if self._thread(record.id) is not None:
+            return False
+        await self.create_thread(record)
+        return True
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """See ``ThreadStore.delete_thread``."""
+        thread = self._threads.pop(thread_id, None)
+        if thread is None:
+            return
+        if thread.record.active_run:
+            self._cancel_run(thread.record.active_run)
+        waiting = self._record(thread.record.next_run or "")
+        if waiting is not None:
+            waiting.status, waiting.stop_reason, waiting.ended_at = "cancelled", "aborted", now()
+            waiting.error = "the thread was deleted"
+        wake(thread)
+
+    async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
+        """See ``ThreadStore.post_thread_run``."""
+        thread = self._thread(thread_id)
+        if thread is None or thread.record.tenant != post.tenant:
+            raise ThreadNotFound(thread_id)
+        key = post.idempotency_key
+        if key is not None and key in thread.idem:
+            digest, outcome = PostOutcome.decode(thread.idem[key])
+            if digest != post.request_hash:
+                raise IdempotencyConflict(key)
+            return outcome
+        self._settle_now(thread)
+        outcome = self._post_now(thread, post)
+        if outcome.action != "rejected":
+            thread.record.updated_at = now()
+            if key is not None:
+                thread.idem[key] = outcome.encode(post.request_hash)
+        self._touch(thread)
+        return outcome
+
+    async def settle_thread(self, thread_id: str) -> str | None:
+        """See ``ThreadStore.settle_thread``."""
+        thread = self._thread(thread_id)
+        if thread is None:
+            return None
+        started = self._settle_now(thread)
+        self._touch(thread)
+        return started
+
+    # -- the atomic steps ---------------------------------------------------------------
+    def _post_now(self, thread: Thread, post: ThreadPost) -> PostOutcome:
+        rec = thread.record
+        ids = list(post.message_ids)
+        if rec.active_run is None:
+            self._new_run(thread, post, dispatch=True)
+            rec.active_run = post.candidate.id
+            return PostOutcome(action="started", run_id=rec.active_run, queued=False,
+                               message_ids=ids)
+        if post.multitask == "reject":
+            return PostOutcome(action="rejected", run_id=rec.active_run, queued=False,
+                               message_ids=[])
+        action: Any = QUEUED_ACTION[post.multitask]
+        if rec.next_run:
+            thread.inputs.setdefault(rec.next_run, []).extend(post.prompts)
+            return PostOutcome(action=action, run_id=rec.next_run, queued=True, message_ids=ids)
+        if post.multitask == "interrupt":
+            self._cancel_run(rec.active_run)
+            self._new_run(thread, post, dispatch=False)
+            rec.next_run = post.candidate.id
+            return PostOutcome(action=action, run_id=rec.next_run, queued=False, message_ids=ids)
+        kind: QueueKind = "steer" if post.multitask == "steer" else "follow_up"
+        queue = self._state[rec.active_run].queues[kind]
+        for message_id, raw in zip(post.message_ids, post.prompts, strict=True):
+            queue.append(QueuedMessage(id=message_id, message=_user(raw)))
+            self._log(rec.active_run, MessageQueued(message_id=message_id, kind=kind))
+        return PostOutcome(action=action, run_id=rec.active_run, queued=True, message_ids=ids,
+                           in_queue=True)
+
+    def _settle_now(self, thread: Thread) -> str | None:
+        rec = thread.record
+        if rec.active_run is None:
+            return None
+        ended = self._record(rec.active_run)
+        if ended is not None and ended.status not in TERMINAL:
+            return None
+        state = self._state.get(rec.active_run)
+        thread.msgs += state.ckpt if state and state.ckpt else thread.inputs.get(
+            rec.active_run, [])
+        left = _leftovers(state) if state is not None else []
+        start = rec.next_run
+        if start:
+            thread.inputs[start] = left + thread.inputs.get(start, [])
+        elif left and ended is not None:
+            start = new_thread_run_id(rec.id)
+            self._store_run(thread, successor(ended, start, now()), left)
+        rec.active_run, rec.next_run, rec.updated_at = start, None, now()
+        if start:
+            self._push_job(start)
+        wake(thread)
+        return start
+
+    def _new_run(self, thread: Thread, post: ThreadPost, *, dispatch: bool) -> None:
+        self._store_run(thread, post.candidate, list(post.prompts), post)
+        if dispatch:
+            self._push_job(post.candidate.id)
+
+    def _store_run(self, thread: Thread, record: RunRecord, prompts: list[bytes],
+                   post: ThreadPost | None = None) -> None:
+        from app.store.memory.backend import _RunState
+
+        state = self._state[record.id] = _RunState()
+        event = post.first_event if post else RunCreated(model=record.model)
+        record.last_seq = 1
+        state.events.append((1, *first_event_body(record.id, event)))
+        self._runs[record.id] = _copy_run(record)
+        thread.inputs[record.id] = prompts
+        thread.record.runs.append(record.id)
+        thread.record.updated_at = now()
+        wake(thread)
+
+    def _log(self, run_id: str, event: MessageQueued) -> None:
+        """Append a service event to the run's log in the same step (never after its end)."""
+        record, state = self._runs[run_id], self._state[run_id]
+        record.last_seq += 1
+        body = encode_event_body(event, run_id=run_id, ts=utc_now())
+        state.events.append((record.last_seq, event.type, with_seq(record.last_seq, body)))
+        state.waiter.set()
+        state.waiter = asyncio.Event()
+
+    def _cancel_run(self, run_id: str) -> None:
+        self._cancelled.add(run_id)
+        self._cancel_event(run_id).set()
+
+    def _touch(self, thread: Thread) -> None:
+        """Activity: an idle thread expires ``thread_ttl`` s from now, a busy one never."""
+        busy = thread.record.active_run is not None
+        thread.expires = None if busy else now() + self.thread_ttl
+
+
+def _leftovers(state: _RunState) -> list[bytes]:
+    """Messages the run never took (or took and never injected), emptied out of its queues."""
+    out: list[bytes] = []
+    for where, kind in LEFTOVER_ORDER:
+        items = state.inflight[kind] if where == "inflight" else state.queues[kind]
+        out += [json_bytes(q.message) for q in items]
+        if where == "inflight":
+            state.inflight[kind] = []
+        else:
+            state.queues[kind] = deque()
+    return out
+
+
+def _user(raw: bytes) -> UserMessage:
+    message = message_adapter.validate_json(raw)
+    assert isinstance(message, UserMessage)
+    return message
+
+
+def _copy_run(record: RunRecord) -> RunRecord:
+    from dataclasses import replace
+
+    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))

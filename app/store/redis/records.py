@@ -1,0 +1,37 @@
+"""RunRecord ⇄ Redis hash: one field per attribute, values JSON (ints stay plain digits, so
+scripts can HINCRBY ``attempt`` and ``last_seq``). Extra fields (``job``, ``cancel``,
+``token``) belong to the scripts and are ignored here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import orjson
+
+from app.store.contract import RunRecord
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(RunRecord))
+
+
+def encode_fields(fields: dict[str, Any]) -> dict[str | bytes, bytes]:
+    """Attribute values as hash values."""
+    unknown = set(fields) - _FIELDS
+    if unknown:
+        raise ValueError(f"not RunRecord fields: {sorted(unknown)}")
+    return {name: orjson.dumps(value) for name, value in fields.items()}
+
+
+def encode_record(record: RunRecord) -> dict[str | bytes, bytes]:
+    """The whole record as a hash mapping."""
+    return encode_fields({name: getattr(record, name) for name in _FIELDS})
+
+
+def decode_record(raw: dict[bytes, bytes]) -> RunRecord | None:
+    """The record of an HGETALL reply (None when the hash is missing)."""
+    if not raw:
+        return None
+    values = {k.decode(): orjson.loads(v) for k, v in raw.items() if k.decode() in _FIELDS}
+    if "id" not in values:
+        return None
+    return RunRecord(**values)

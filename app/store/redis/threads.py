@@ -1,0 +1,200 @@
+"""Threads for the Redis backend (a mixin of ``RedisBackend``).
+
+Each change is one script of ``redis_thread_scripts`` on the thread's slot. The scripts take
+the ids of the thread's active and waiting runs as expected values (every key they touch is
+named in ``KEYS``, as Redis Cluster wants), so a call reads the thread first, then runs the
+script, and reads again if the thread changed in between (``stale``). Global keys (the job
+stream, the tenant's thread index) are written after the script, as ``create_run`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.engine.events import RunCreated, utc_now
+from app.store.contract import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
+from app.store.ids import new_thread_run_id
+from app.store.redis import keys
+from app.store.redis import thread_scripts as lua
+from app.store.redis.cluster import NodeClients
+from app.store.redis.errors import guard
+from app.store.redis.pipeline import ScriptCalls
+from app.store.redis.records import encode_record
+from app.store.redis.thread_reads import RedisThreadReads
+from app.store.thread_records import (
+    PostOutcome,
+    ThreadNotFound,
+    ThreadPost,
+    ThreadRecord,
+    successor,
+)
+
+ATTEMPTS = 100
+"""Reads-then-script rounds before giving up on a thread that keeps changing."""
+_NO_RUN = "run_-"
+"""Stands in for an empty run role: names in the thread's slot that nothing uses."""
+
+
+def role_keys(thread_id: str, run_id: str) -> list[str]:
+    """A run role's eight keys; an empty role gets names in the thread's slot (never used)."""
+    return keys.thread_run_keys(run_id or f"{_NO_RUN}_{thread_id}")
+
+
+class RedisThreads(RedisThreadReads):
+    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
+
+    run_ttl: float
+    _pipeline: ScriptCalls
+
+    _nodes: NodeClients | None
+
+    def _notes(self) -> str:
+        """The scripts' notes channel: ``al:notify``; '' on a cluster (each note then goes
+        to its run's or thread's shard channel, in the thread's slot)."""
+        return keys.NOTIFY_CHANNEL if self._nodes is None else ""
+
+    async def _ensure_group(self) -> None:
+        raise NotImplementedError
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raise NotImplementedError
+
+    def _thread_script(self, name: str) -> Any:
+        scripts: dict[str, Any] | None = self.__dict__.get("_thread_scripts")
+        if scripts is None:
+            scripts = self.__dict__["_thread_scripts"] = {
+                n: self.client.register_script(getattr(lua, n))
+                for n in ("SETTLE", "POST", "DELETE")}
+        return scripts[name]
+
+    async def _script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
+        return await self._pipeline.call(self._thread_script(name), keys_, args)
+
+    @guard
+    async def delete_thread(self, thread_id: str) -> None:
+        """See ``ThreadStore.delete_thread``."""
+        for _ in range(ATTEMPTS):
+            record = await self.get_thread(thread_id)
+            if record is None:
+                return
+            active, waiting = record.active_run or "", record.next_run or ""
+            answer = await self._script("DELETE", [
+                *keys.thread_keys(thread_id), *role_keys(thread_id, active),
+                *role_keys(thread_id, waiting)],
+                [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
+            if answer != b"stale":
+                await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
+                return
+        raise BackendError(f"thread {thread_id} kept changing")
+
+    @guard
+    async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
+        """See ``ThreadStore.post_thread_run``."""
+        await self._ensure_group()
+        for _ in range(ATTEMPTS):
+            record = await self.get_thread(thread_id)
+            if record is None or record.tenant != post.tenant:
+                raise ThreadNotFound(thread_id)
+            status, payload = await self._post_once(record, post)
+            if status == "ok":
+                outcome = _outcome(payload)
+                await self._after_post(record, post, outcome)
+                return outcome
+            if status == "repeat":
+                digest, outcome = PostOutcome.decode(payload)
+                if digest != post.request_hash:
+                    raise IdempotencyConflict(post.idempotency_key or "")
+                return outcome
+            if status == "busy":
+                return PostOutcome(action="rejected", run_id=payload, queued=False,
+                                   message_ids=[])
+            if status == "gone":
+                raise ThreadNotFound(thread_id)
+            if status == "ended":
+                await self.settle_thread(thread_id)
+        raise BackendError(f"thread {thread_id} kept changing")
+
+    async def _post_once(self, record: ThreadRecord, post: ThreadPost) -> tuple[str, str]:
+        active, waiting = record.active_run or "", record.next_run or ""
+        cand = post.candidate
+        fields = [x for kv in encode_record(_first_seq(cand)).items() for x in kv]
+        _, event = first_event_body(cand.id, post.first_event)
+        idem = keys.thread_key(record.id, f"idem:{post.idempotency_key or ''}")
+        args: list[Any] = [
+            active, waiting, post.tenant, post.multitask,
+            post.request_hash if post.idempotency_key is not None else "",
+            int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
+            utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
+            *fields]
+        status, payload = await self._script("POST", [
+            *keys.thread_keys(record.id), *role_keys(record.id, active),
+            *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
+        return status.decode(), payload.decode()
+
+    async def _after_post(self, record: ThreadRecord, post: ThreadPost,
+                          outcome: PostOutcome) -> None:
+        """The global keys of a new run: the tenant's index, and its job once it may run."""
+        if outcome.action not in ("started", "interrupted") or outcome.queued:
+            return
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zadd(keys.tenant_runs_key(record.tenant),
+                      {post.candidate.id: post.candidate.created_at})
+            if outcome.action == "started":
+                pipe.xadd(keys.JOBS_STREAM, {"run": post.candidate.id})
+            await pipe.execute()
+
+    @guard
+    async def settle_thread(self, thread_id: str) -> str | None:
+        """See ``ThreadStore.settle_thread``."""
+        await self._ensure_group()
+        for _ in range(ATTEMPTS):
+            record = await self.get_thread(thread_id)
+            if record is None or record.active_run is None:
+                return None
+            ended = await self.get_run(record.active_run)
+            if ended is not None and ended.status not in ("completed", "failed", "cancelled"):
+                return None
+            status, started = await self._settle_once(record, ended)
+            if status == "ok":
+                if started:
+                    await self._dispatch_thread_run(record.tenant, started)
+                return started or None
+            if status != "stale":
+                return None
+        raise BackendError(f"thread {thread_id} kept changing")
+
+    async def _settle_once(self, record: ThreadRecord, ended: RunRecord | None
+                           ) -> tuple[str, str]:
+        active, waiting = record.active_run or "", record.next_run or ""
+        next_id = new_thread_run_id(record.id)
+        fields: list[Any] = []
+        event = b""
+        if ended is not None:
+            after = successor(ended, next_id, now())
+            fields = [x for kv in encode_record(after).items() for x in kv]
+            event = first_event_body(next_id, RunCreated(model=ended.model))[1]
+        status, started = await self._script("SETTLE", [
+            *keys.thread_keys(record.id), *role_keys(record.id, active),
+            *role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
+            [active, waiting, next_id, now(), int(self.thread_ttl), self._notes(),
+             record.id, event, len(fields) // 2, *fields])
+        return status.decode(), started.decode()
+
+    async def _dispatch_thread_run(self, tenant: str, run_id: str) -> None:
+        record = await self.get_run(run_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            if record is not None:
+                pipe.zadd(keys.tenant_runs_key(tenant), {run_id: record.created_at})
+            pipe.xadd(keys.JOBS_STREAM, {"run": run_id})
+            await pipe.execute()
+
+def _first_seq(record: RunRecord) -> RunRecord:
+    record.last_seq = 1
+    return record
+
+
+def _outcome(payload: str) -> PostOutcome:
+    action, run_id, flags, ids = payload.split("|")
+    return PostOutcome(action=action, run_id=run_id, queued=flags[:1] == "1",  # type: ignore[arg-type]
+                       in_queue=flags[1:2] == "1", message_ids=[i for i in ids.split(",") if i])
+
