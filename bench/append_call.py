@@ -28,7 +28,7 @@ RUNS = 400
 def measure(root: Path) -> float:
     """µs per batch in ``root``'s code (imported here: run in a process of its own)."""
     sys.path.insert(0, str(root))
-    from app.store.contract import EventBatch
+    from app.store.records import EventBatch
     from app.store.redis.backend import RedisBackend
     from app.store.redis.keys import NOTIFY_CHANNEL
     from app.store.redis.lean_scripts import evalsha

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path.cwd()))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from app.store import make_backend
-from app.store.contract import RunRecord
+from app.store.records import RunRecord
 from app.worker.worker import Worker
 from bench._procs import start_redis
 from providers import fake

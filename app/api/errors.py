@@ -11,7 +11,7 @@ Status codes: 400 malformed JSON or an unknown model/tool/toolset, 401 no or bad
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 
 from app.api.methods import allowed_methods
 from app.api.schemas import ErrorBody
-from app.store.contract import (
+from app.store.errors import (
     BackendError,
     IdempotencyConflict,
     QueueItemTaken,
@@ -37,17 +37,32 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
                503: "backend_unavailable"}
 
 
-class ApiError(Exception):
-    """An error the API reports as is."""
+class ApiError(HTTPException):
+    """An error the API reports as is (an ``HTTPException``, so FastAPI passes one raised
+    while it reads a body through unchanged)."""
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
                  headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
+        super().__init__(status, message, headers)
+        self.extra_headers = headers
         self.status = status
         self.code = code
         self.message = message
         self.field = field
-        self.headers = headers
+
+    def __str__(self) -> str:
+        return self.message
+
+    def renamed(self, rename: Callable[[str], str]) -> ApiError:
+        """The same error with its field named by ``rename`` (a door's wire names); a
+        message that starts with the field is changed with it."""
+        if self.field is None:
+            return self
+        field = rename(self.field)
+        message = self.message
+        if message.startswith(self.field):
+            message = field + message[len(self.field):]
+        return ApiError(self.status, self.code, message, field, self.extra_headers)
 
 
 _DOC = {400: "malformed JSON, or an unknown model, tool or toolset",
@@ -133,7 +148,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.field, exc.headers)
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.extra_headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

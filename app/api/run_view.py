@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from datetime import UTC, datetime
 
-from app.api.run_requests import input_messages
+from app.api.checks import input_messages
 from app.api.schemas import PendingCall, QueueCounts, Run
-from app.store.contract import Backend, RunNotFound, RunRecord
-from app.store.ids import thread_of_run
-from app.store.parking import REQUIRES_ACTION
-from app.store.threads import threads
+from app.store.contract import Backend
+from app.store.errors import RunNotFound
+from app.store.ids import RUN_ID, thread_of_run
+from app.store.records import REQUIRES_ACTION, RunRecord
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
               "total_tokens")
@@ -28,11 +27,6 @@ def rfc3339(ts: float | None) -> str | None:
 def events_url(run_id: str) -> str:
     """Where the run's event stream is."""
     return f"/runs/{run_id}/events"
-
-
-RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-"""What a run id can look like (``new_run_id`` makes ``run_<32 hex>``); anything else is 404
-before the backend is asked (``../``, unicode, 8 KiB ids never become store keys)."""
 
 
 async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
@@ -64,7 +58,7 @@ async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False
         added, queue = await asyncio.gather(backend.load_checkpoint(record.id),
                                             backend.queue_lengths(record.id))
     if not added and thread_of_run(record.id) and not fresh:  # not started: its input
-        added = (await threads(backend).thread_run_inputs(record.id))[1]
+        added = (await backend.thread_run_inputs(record.id))[1]
     messages = [*_context_messages(record), *added]
     created = rfc3339(record.created_at)
     assert created is not None

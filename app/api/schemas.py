@@ -1,5 +1,6 @@
 """Request and response bodies of the HTTP API (API.md). Field shapes only: references to
-models, tools and messages are checked in ``app/api/run_requests.py``.
+models, tools and messages are checked by the run pipeline (``app/api/checks.py``); the run
+options every door shares are ``app/api/options.py``.
 
 Unknown fields in request bodies are refused (422), so a misspelt option is never silently
 ignored.
@@ -9,11 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from app.api.thread_schemas import MultitaskField, MultitaskOutcome
-
-QueueModeField = Literal["one-at-a-time", "all"]
+from app.api.options import RunOptions
+from app.api.thread_schemas import MultitaskOutcome
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -42,67 +42,16 @@ ContentOutJson = Annotated[str | list[dict[str, Any]], WithJsonSchema(
     {"anyOf": [{"type": "string"}, {"type": "array", "items": _ref("UserContent")}]})]
 
 
-class ForcedChoice(BaseModel):
-    """``tool_choice`` forcing one function."""
-
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["function"]
-    name: str = Field(min_length=1)
-
-
-class ClientTool(BaseModel):
-    """A tool the frontend runs (``client_tools``): on the model's menu like any tool; a pick
-    of it parks the run until ``POST /runs/{id}/tool_results`` answers."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    description: str = Field(default="", max_length=4096)
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}},
-        description="JSON Schema of the arguments (an object schema)")
-
-
-class CreateRun(BaseModel):
-    """``POST /runs`` body."""
+class CreateRun(RunOptions):
+    """``POST /runs`` (and ``POST /threads/{id}/runs``) body: the input and the run options."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={
         "examples": [{"input": "What is 6 times 7?"}]})
 
-    model: str | None = Field(default=None, description="provider:model; server default if unset")
     input: InputJson = Field(description="a user message, or a conversation")
-    system: str | None = None
-    tools: list[str] | None = None
-    toolset: str | None = None
-    tools_source: str = "api"
-    tools_allow: list[str] | None = None
-    tools_deny: list[str] | None = None
-    tool_choice: Literal["auto", "required", "none"] | ForcedChoice = "auto"
-    reset_tool_choice: StrictBool = True
-    parallel_tool_calls: StrictBool | None = None
-    max_iterations: StrictInt | None = 20
-    steering_mode: QueueModeField = "one-at-a-time"
-    follow_up_mode: QueueModeField = "one-at-a-time"
-    temperature: float | None = Field(default=None, ge=0)
-    max_tokens: StrictInt | None = Field(
-        default=None, ge=1,
-        description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
-    timeout: float | None = Field(
-        default=None, gt=0, strict=True,
-        description="seconds the run may take from its start before it ends with stop_reason "
-                    "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
-    metadata: dict[str, str] = Field(default_factory=dict)
     thread_id: str | None = Field(default=None, pattern=r"^thr_[0-9a-f]{32}$", description=(
         "continue this thread (as POST /threads/{id}/runs): input is the new user message(s); "
         "404 thread_not_found when no such thread is yours"))
-    multitask: MultitaskField | None = Field(default=None, description=(
-        "with thread_id: what the message does while the thread is busy (default enqueue)"))
-    approval: list[str] | Literal["all", "unsafe"] | None = Field(
-        default=None, description="tools (or toolsets) whose picks wait for approval, or a "
-        "policy: 'all' tools, or 'unsafe' ones (tools with unsafe_in channels)")
-    approval_timeout: float | None = Field(
-        default=None, gt=0, strict=True,
-        description="seconds a parked run waits; then its unanswered picks are denied")
-    client_tools: list[ClientTool] | None = None
 
 
 class PendingCall(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MultitaskField = Literal["reject", "enqueue", "steer", "interrupt"]
+from app.api.options import Metadata
 
 
 class MultitaskOutcome(BaseModel):
@@ -27,7 +27,26 @@ class CreateThread(BaseModel):
     """``POST /threads`` body (may be empty)."""
 
     model_config = ConfigDict(extra="forbid")
-    metadata: dict[str, str] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class ThreadSummary(BaseModel):
+    """A thread in ``GET /threads``: its state, without its conversation and run list
+    (``GET /threads/{id}`` has them)."""
+
+    id: str
+    status: Literal["idle", "busy"]
+    created_at: str
+    updated_at: str
+    metadata: dict[str, str]
+    run_count: int = Field(description="how many runs the thread has had")
+    last_run: str | None = Field(description="the thread's newest run")
+    active_run: str | None
+    next_run: str | None = Field(description="a run waiting for the active one to end "
+                                 "(multitask interrupt)")
+    events_url: str
+    stream_token: str | None = Field(default=None, description=(
+        "a fresh token for this thread's events (`GET /threads/{id}/events?token=`)"))
 
 
 class Thread(BaseModel):
@@ -53,5 +72,5 @@ class Thread(BaseModel):
 class ThreadList(BaseModel):
     """``GET /threads``: newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
 
-    threads: list[Thread]
+    threads: list[ThreadSummary]
     next_cursor: str | None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import orjson
 
-from app.store.contract import TERMINAL, Backend, StoredEvent
+from app.store.contract import Backend
+from app.store.records import TERMINAL, StoredEvent
 
 PAGE = 200
 """Events read per backend call (bounds a subscriber's buffer)."""

@@ -49,8 +49,10 @@ from app.delivery.frames import PAGE, PING, chunk, run_ended
 from app.delivery.send_deadline import SendDeadline
 from app.delivery.server_send import server_send
 from app.delivery.tap import tapped_frames
-from app.store.contract import Backend, BackendError, StoredEvent
+from app.store.contract import Backend
+from app.store.errors import BackendError
 from app.store.live_feed import LiveFeeds
+from app.store.records import StoredEvent
 from app.telemetry import metrics
 
 __all__ = ["PAGE", "PING", "EventStreamResponse", "event_frames", "event_stream",

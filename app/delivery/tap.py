@@ -27,8 +27,10 @@ from collections.abc import AsyncIterator
 
 from app.delivery.direct import DirectSend
 from app.delivery.frames import PAGE, PING, chunk, run_ended
-from app.store.contract import Backend, BackendError, StoredEvent
+from app.store.contract import Backend
+from app.store.errors import BackendError
 from app.store.live_feed import Frame, LiveFeeds, Tap
+from app.store.records import StoredEvent
 from app.telemetry import metrics
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from app.api.thread_view import settled
 from app.delivery.sse import PAGE, PING, EventStreamResponse, retry_field
-from app.store.contract import TERMINAL, Backend, BackendError, StoredEvent
-from app.store.threads import threads
+from app.store.contract import Backend
+from app.store.errors import BackendError
+from app.store.records import TERMINAL, StoredEvent
+from app.store.threads import settled
 from app.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def _frames(cursor: _Cursor, events: list[StoredEvent]) -> bytes:
 async def _at_end(backend: Backend, thread_id: str, cursor: _Cursor, poll: float
                   ) -> bytes | None:
     """Past the last run: wait for the next one (None: the thread is gone)."""
-    record = await threads(backend).wait_thread(thread_id, len(cursor.runs), poll)
+    record = await backend.wait_thread(thread_id, len(cursor.runs), poll)
     if record is None:
         return None
     if len(record.runs) > len(cursor.runs):

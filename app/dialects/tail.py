@@ -26,7 +26,9 @@ from typing import Any, Protocol
 import orjson
 
 from app.delivery.sse import PAGE, PING
-from app.store.contract import TERMINAL, Backend, BackendError, StoredEvent
+from app.store.contract import Backend
+from app.store.errors import BackendError
+from app.store.records import TERMINAL, StoredEvent
 from app.telemetry import metrics
 
 log = logging.getLogger(__name__)

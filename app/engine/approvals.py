@@ -10,13 +10,16 @@ turn's picks in the model's order once all are answered; ``ask`` answers in-proc
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from pydantic import TypeAdapter
+
 from providers.base import ToolSpec
-from providers.messages import ImageContent, TextContent, ToolCall
+from providers.messages import ImageContent, TextContent, ToolCall, UserContent
 from tool_registry import Menu, Registry, ToolResult
 from tool_registry.registry import WrappedTool
 
@@ -204,3 +207,22 @@ def add_client_tools(menu: Menu, specs: list[dict[str, Any]]) -> None:
                                         "type": "object", "properties": {}})),
                            _client_execute)
         menu.tools[tool.name] = tool
+
+
+BLOCKS: TypeAdapter[list[UserContent]] = TypeAdapter(list[UserContent])
+"""Content blocks of a client tool's result (stored and posted alike)."""
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    """A decision as stored."""
+    return {"kind": decision.kind, "reason": decision.reason, "arguments": decision.arguments,
+            "content": [dataclasses.asdict(c) for c in decision.content],
+            "is_error": decision.is_error}
+
+
+def decision_from_json(data: dict[str, Any]) -> Decision:
+    """``decision_json`` reversed."""
+    blocks: list[TextContent | ImageContent] = BLOCKS.validate_python(data.get("content") or [])
+    return Decision(kind=data["kind"], reason=data.get("reason"),
+                    arguments=data.get("arguments"), content=blocks,
+                    is_error=bool(data.get("is_error")))

@@ -17,6 +17,10 @@ from providers.messages import Message, Usage
 if TYPE_CHECKING:
     from app.engine.nested import Replay
 
+ResolveProvider = Callable[[str], tuple[Provider, str]]
+"""``"provider:model"`` → (the provider, the model id it is asked for); raises
+``providers.catalog.ModelSpecError`` (or ``ValueError``) for a model it cannot serve."""
+
 
 @dataclass(slots=True, kw_only=True)
 class LoopConfig:
@@ -45,7 +49,7 @@ class LoopConfig:
     parent_tool_call_id: str | None = None
     deadline: Deadline | None = None
     """When the run must be over (``AGENTLOOP_RUN_TIMEOUT`` / ``timeout``); None: no deadline."""
-    resolve: Callable[[str], tuple[Provider, str]] | None = None
+    resolve: ResolveProvider | None = None
     """How a nested ``runtime.exec(model=...)`` in a tool body resolves its model."""
     call_ids: set[str] | None = None
     """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""

@@ -26,7 +26,8 @@ import uvicorn
 from app.config import Settings, load_settings
 from app.delivery.draining import DrainingServer
 from app.process.main import create_app
-from app.process.services import check_tool_modules, open_services
+from app.process.services import open_services
+from app.process.setup import check_tool_modules
 from app.telemetry.logs import setup_logging
 
 log = logging.getLogger(__name__)

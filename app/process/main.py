@@ -22,12 +22,13 @@ from app.api.errors import install_error_handlers
 from app.api.methods import HeadAsGet
 from app.api.openapi import install_contract
 from app.api.routes import approvals, events, health, playground, queue, runs, threads, tools
-from app.api.run_requests import ResolveProvider
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
 from app.dialects.ag_ui import routes as ag_ui
 from app.dialects.ai_sdk import routes as ai_sdk
-from app.process.services import check_tool_modules, open_services
+from app.engine.loop_config import ResolveProvider
+from app.process.services import open_services
+from app.process.setup import check_tool_modules
 from app.store.contract import Backend
 from app.telemetry.logs import RunLogContext, setup_logging
 

@@ -3,7 +3,7 @@
 Tools are on by default: with neither ``tools`` nor ``toolset`` a call gets the full registry
 toolset; ``toolset="none"`` or ``tools=[]`` makes a pure text call. Outside the service the first
 call loads the tools the service would (the built-ins and ``AGENTLOOP_TOOL_MODULES``), and models
-resolve exactly as in the service (``app.process.services.model_resolver``: the catalog, the
+resolve exactly as in the service (``app.process.setup.model_resolver``: the catalog, the
 ``AGENTLOOP_OPENAI_PROFILES``, ``AGENTLOOP_PROVIDER_FACTORY``), with the same defaults
 (``AGENTLOOP_DEFAULT_MODEL``, ``AGENTLOOP_DEFAULT_MAX_TOKENS``, ``AGENTLOOP_RUN_TIMEOUT``).
 Called inside a tool body, ``exec`` inherits the outer call's tools, model, provider and model
@@ -91,7 +91,7 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
     scope = current_scope.get()
     settings = load_settings()
     if scope is None:
-        from app.process.services import ensure_tools
+        from app.process.setup import ensure_tools
 
         ensure_tools(settings)
     menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny, settings)
@@ -220,7 +220,7 @@ def _choice(value: ToolChoice | str | dict[str, str]) -> ToolChoice:
 def _default_label(settings: Settings) -> str:
     if _default_model is not None:
         return _default_model
-    from app.process.services import served_default_model
+    from app.process.setup import served_default_model
 
     return served_default_model(settings, provider_env())
 
@@ -239,7 +239,7 @@ def _resolver_for(scope: ToolScope | None,
 
 
 class _SettingsResolver:
-    """``app.process.services.model_resolver`` over its own HTTP client, both made on first use (a
+    """``app.process.setup.model_resolver`` over its own HTTP client, both made on first use (a
     call given its own ``provider`` needs neither)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -249,7 +249,7 @@ class _SettingsResolver:
 
     def __call__(self, spec: str) -> tuple[Provider, str]:
         if self._resolve is None:
-            from app.process.services import model_resolver, provider_client
+            from app.process.setup import model_resolver, provider_client
 
             env = provider_env()
             self._client = provider_client(self._settings, env)

@@ -11,20 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.store.contract import (
-    Backend,
+from app.store.contract import Backend
+from app.store.errors import (
     BackendError,
-    Claim,
-    EventBatch,
     FencedOut,
     IdempotencyConflict,
     QueueItemTaken,
     RunEnded,
     RunNotFound,
-    RunPage,
-    RunRecord,
-    StoredEvent,
 )
+from app.store.records import Claim, EventBatch, RunPage, RunRecord, StoredEvent
 
 __all__ = [
     "Backend",

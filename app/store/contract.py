@@ -1,21 +1,14 @@
-"""The one small protocol both backends (``memory``, ``redis``) implement.
+"""The storage contract: small protocols, one per concern, that both backends (``memory``,
+``redis``) implement; ``Backend`` is all of them.
 
-Runs, the per-run event log, the steering/follow-up queues, the cancel signal and job dispatch.
-Backends know neither HTTP nor the loop: they store JSON-ready data and bytes. Every write made
-on behalf of a running loop carries the run's ``attempt`` number and is refused with
-``FencedOut`` once another worker has claimed the run (a higher attempt), so a worker paused
-past its lease can never write into a run it lost.
+Runs, the per-run event log, the steering/follow-up queues, the cancel signal, job dispatch,
+parked runs and threads. Backends know neither HTTP nor the loop: they store JSON-ready data
+and bytes (``app.store.records``) and raise ``app.store.errors``. Every write made on behalf of
+a running loop carries the run's ``attempt`` number and is refused with ``FencedOut`` once
+another worker has claimed the run (a higher attempt), so a worker paused past its lease can
+never write into a run it lost.
 
-Exceptions::
-
-    BackendError              the store is unreachable or failed (HTTP: 503 + Retry-After)
-    ├── FencedOut             this worker's attempt is stale: stop driving the run
-    ├── IdempotencyConflict   same Idempotency-Key, different body (HTTP: 409)
-    ├── RunNotFound           no such run for this tenant (HTTP: 404)
-    ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
-    └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
-
-A run's end is atomic with its queues (issue 9)::
+A run's end is atomic with its queues::
 
     loop: queues empty ─ close_queues ✓ (refuses if a message is waiting) ─ agent_end + status
     API:  enqueue + message_queued, one step, refused (RunEnded) once the queues are closed
@@ -23,161 +16,43 @@ A run's end is atomic with its queues (issue 9)::
 
 so every accepted message is taken by the loop (a close that finds one waiting fails and the
 loop takes it instead of ending), and the log takes no event after ``agent_end``.
+
+A run whose picks wait for a person is *parked*: status ``requires_action``, no worker, no
+job, no lease. Whatever stops or redirects a run wakes a parked one in the same atomic step
+(status ``queued``, dispatched again, so any worker continues it from its checkpoint)::
+
+    park ─▶ requires_action ─┬─ decide (not the last answer) ─▶ requires_action (answers kept)
+                             ├─ decide (the last answers) ────▶ queued ─▶ a worker continues
+                             ├─ request_cancel, enqueue(steer),
+                             │  a thread's interrupt or steer,
+                             │  delete_thread ────────────────▶ queued ─▶ (decide now: 409)
+                             └─ expire_due ───────────────────▶ queued, expired ─▶ denied
+    park while a steer waits or cancel was asked ─▶ queued at once (never parked)
+
+A follow-up does not wake a parked run: it waits for the loop's end, like any follow-up.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Protocol
 
-import orjson
-
-from app.engine.events import (
-    MessageQueued,
-    MessageWithdrawn,
-    ServiceEvent,
-    encode_event_body,
-    utc_now,
-)
+from app.engine.events import ServiceEvent
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
-from app.store.parking import ParkingStore
-from providers.messages import UserMessage, message_adapter
-
-RunStatus: TypeAlias = Literal["queued", "running", "requires_action", "completed", "failed",
-                              "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-
-
-class BackendError(Exception):
-    """The store failed or cannot be reached."""
-
-
-class FencedOut(BackendError):
-    """The run was claimed by another worker (its attempt is newer than ours)."""
+from app.store.records import (
+    Answer,
+    Claim,
+    EventBatch,
+    ParkedState,
+    RunPage,
+    RunRecord,
+    StoredEvent,
+)
+from app.store.thread_records import PostOutcome, ThreadPage, ThreadPost, ThreadRecord
 
 
-class IdempotencyConflict(BackendError):
-    """An ``Idempotency-Key`` was reused with a different request body."""
-
-
-class RunNotFound(BackendError):
-    """No such run (or not this tenant's)."""
-
-
-class QueueItemTaken(BackendError):
-    """The queued message was already taken by the loop."""
-
-
-class RunEnded(BackendError):
-    """The run has ended (terminal status) or its queues are closed because it is ending."""
-
-
-@dataclass(slots=True, kw_only=True)
-class RunRecord:
-    """A run as stored. ``request`` is the validated create body (JSON-ready)."""
-
-    id: str
-    tenant: str
-    status: RunStatus = "queued"
-    model: str = ""
-    created_at: float = 0.0
-    started_at: float | None = None
-    ended_at: float | None = None
-    stop_reason: str | None = None
-    error: str | None = None
-    result: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-    request: dict[str, Any] = field(default_factory=dict)
-    attempt: int = 0
-    """Incremented each time a worker claims the run; fences every write."""
-    worker: str | None = None
-    last_seq: int = 0
-    """The seq of the last event written (the next event gets ``last_seq + 1``)."""
-    loaded_tools: list[str] = field(default_factory=list)
-    """Deferred tools the run loaded (``tool_search``): on its menu again when it resumes."""
-    parked_seconds: float = 0.0
-    """Time spent waiting for people (``requires_action``): added to the run's deadline."""
-    progress_mark: int = 0
-    """Checkpointed messages when the live attempt started (-1: no attempt is live, the last
-    one handed the run back). A resume that finds it unchanged knows the worker died without
-    progress (``app.worker.attempts``)."""
-    lost_attempts: int = 0
-    """Consecutive attempts whose worker died without progress (``AGENTLOOP_MAX_ATTEMPTS``)."""
-
-
-@dataclass(slots=True, frozen=True)
-class StoredEvent:
-    """One event of a run's log: ``data`` is the exact JSON sent as SSE ``data:``."""
-
-    seq: int
-    type: str
-    data: bytes
-
-
-@dataclass(slots=True, frozen=True)
-class Claim:
-    """A run handed to a worker: ``attempt`` fences its writes; ``resumed`` after a crash."""
-
-    run_id: str
-    attempt: int
-    resumed: bool
-
-
-@dataclass(slots=True, kw_only=True)
-class EventBatch:
-    """One atomic write to a run's log (``append_events``).
-
-    ``events`` are ``(type, body)`` where ``body`` is the event's JSON object *without* ``seq``
-    (``app.engine.events.encode_event_body``); the backend allocates the seqs and stores
-    ``{"seq":N,`` + body. ``checkpoint`` messages (JSON bytes) are appended to the run's
-    checkpoint and ``acks`` drop injected queue messages from the in-flight lists in the same
-    transaction, so after a crash the log, the checkpoint and the queues never disagree.
-    ``fields`` are set on the run record too (the final status beside ``agent_end``). A batch
-    with events for a run whose status is already terminal is refused (``RunEnded``): nothing
-    follows ``agent_end``.
-    ``token`` makes a retried write idempotent: a batch whose token equals the last applied one
-    is not applied twice (its reply was lost, e.g. Redis restarted).
-    """
-
-    events: Sequence[tuple[str, bytes]] = ()
-    checkpoint: Sequence[bytes] = ()
-    acks: Sequence[tuple[QueueKind, str]] = ()
-    fields: dict[str, Any] | None = None
-    token: str | None = None
-
-
-def with_seq(seq: int, body: bytes) -> bytes:
-    """The stored event: ``body`` (a JSON object) with ``seq`` spliced in first."""
-    return b'{"seq":%d,%s' % (seq, body[1:])
-
-
-def queue_entry(item: QueuedMessage) -> bytes:
-    """A queued message as stored: ``<id>\t<json>`` (the id prefix lets scripts match it)."""
-    return item.id.encode() + b"\t" + orjson.dumps(item.message)
-
-
-def parse_queue_entry(raw: bytes) -> QueuedMessage:
-    """The inverse of ``queue_entry``."""
-    head, _, body = raw.partition(b"\t")
-    message = message_adapter.validate_json(body)
-    assert isinstance(message, UserMessage)
-    return QueuedMessage(id=head.decode(), message=message)
-
-
-@dataclass(slots=True)
-class RunPage:
-    """One page of ``list_runs``; ``next_cursor`` is None on the last page."""
-
-    runs: list[RunRecord]
-    next_cursor: str | None
-
-
-class Backend(ParkingStore, Protocol):
-    """Storage and coordination for runs. All methods may raise ``BackendError``. Parked runs
-    (``requires_action``): ``parking_base.ParkingStore``."""
+class RunStore(Protocol):
+    """Runs as records. All methods may raise ``BackendError``."""
 
     name: str
 
@@ -193,7 +68,6 @@ class Backend(ParkingStore, Protocol):
         """Whether the store answers now (``/readyz``)."""
         ...
 
-    # -- runs --------------------------------------------------------------------------
     async def create_run(self, record: RunRecord, *, idempotency_key: str | None = None,
                          request_hash: str | None = None,
                          first_event: ServiceEvent | None = None) -> tuple[RunRecord, bool]:
@@ -216,7 +90,10 @@ class Backend(ParkingStore, Protocol):
         """Set fields of a run on behalf of the worker holding ``attempt`` (fenced)."""
         ...
 
-    # -- checkpoints and events -------------------------------------------------------
+
+class EventLog(Protocol):
+    """A run's event log and its checkpoint."""
+
     async def load_checkpoint(self, run_id: str) -> list[dict[str, Any]]:
         """The messages the run added so far, as checkpointed (empty when none)."""
         ...
@@ -227,8 +104,7 @@ class Backend(ParkingStore, Protocol):
         ...
 
     async def append_service_event(self, run_id: str, event: ServiceEvent) -> int:
-        """Append one service event (``message_queued``, ``message_withdrawn``) to the run's
-        log; returns its seq. Used by the API beside the worker's own writes."""
+        """Append one service event to the run's log; returns its seq."""
         ...
 
     async def read_events(self, run_id: str, after: int, limit: int = 1000) -> list[StoredEvent]:
@@ -244,10 +120,14 @@ class Backend(ParkingStore, Protocol):
         """Like ``read_events`` but waits up to ``timeout`` s for at least one event."""
         ...
 
-    # -- queues -----------------------------------------------------------------------
+
+class QueueStore(Protocol):
+    """The steering and follow-up queues of a run."""
+
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
         """Queue a message and write its ``message_queued`` event, in one atomic step; returns
-        its 1-based position. ``RunEnded`` once the queues are closed or the run ended."""
+        its 1-based position. A steer wakes the run if it is parked, in the same step.
+        ``RunEnded`` once the queues are closed or the run ended."""
         ...
 
     async def close_queues(self, run_id: str, attempt: int) -> bool:
@@ -287,9 +167,13 @@ class Backend(ParkingStore, Protocol):
         """``{"steer": n, "follow_up": n}`` of waiting messages."""
         ...
 
-    # -- cancel -----------------------------------------------------------------------
+
+class CancelSignal(Protocol):
+    """Asking a run to stop."""
+
     async def request_cancel(self, run_id: str) -> None:
-        """Ask the worker running the run to abort it (idempotent)."""
+        """Ask the worker running the run to abort it (idempotent); a parked run is woken in
+        the same step so a worker ends it; a queued one ends at its start."""
         ...
 
     async def cancel_requested(self, run_id: str) -> bool:
@@ -300,7 +184,10 @@ class Backend(ParkingStore, Protocol):
         """Return once cancel is asked for (the worker awaits this beside the loop)."""
         ...
 
-    # -- dispatch ---------------------------------------------------------------------
+
+class Dispatch(Protocol):
+    """Handing runs to workers: jobs, leases, heartbeats."""
+
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """The next queued run for this worker, or a run whose worker stopped heartbeating;
         None after ``timeout`` s with nothing to do. A run already waiting is taken whatever
@@ -328,31 +215,94 @@ class Backend(ParkingStore, Protocol):
         ...
 
 
-class ServiceEvents:
-    """Mixin: ``append_service_event`` in terms of ``append_events`` (both backends)."""
+class ParkingStore(Protocol):
+    """Parked runs (see the module docstring)."""
 
-    async def append_events(self, run_id: str, attempt: int | None, batch: EventBatch) -> int:
-        raise NotImplementedError
+    async def park(self, run_id: str, attempt: int, calls: list[dict[str, Any]],
+                   deadline: float | None,
+                   carried: dict[str, dict[str, Any]] | None = None) -> bool:
+        """Park the run for ``calls`` (fenced by ``attempt``; the worker lets go of it), with
+        the earlier answers it ``carried``. False when it was dispatched again at once
+        instead: a steer waits or cancel was asked."""
+        ...
 
-    async def append_service_event(self, run_id: str, event: ServiceEvent) -> int:
-        """See ``Backend.append_service_event``."""
-        body = encode_event_body(event, run_id=run_id, ts=utc_now())
-        return await self.append_events(run_id, None, EventBatch(events=[(event.type, body)]))
+    async def decide(self, run_id: str, answers: Sequence[Answer]) -> bool:
+        """Record the answers and append their events, all or none, in one atomic step; True
+        when they were the last ones and the run was dispatched. ``DecisionRefused`` (naming
+        the first answer that cannot be taken) leaves everything as it was."""
+        ...
+
+    async def wake(self, run_id: str) -> bool:
+        """Dispatch a parked run now; False if it was not parked."""
+        ...
+
+    async def expire_due(self, at: float) -> list[str]:
+        """Wake every parked run whose approval deadline is ``<= at``, marked expired."""
+        ...
+
+    async def parked_state(self, run_id: str) -> ParkedState | None:
+        """The run's last parking (None: it never parked)."""
+        ...
 
 
-def queue_event_body(run_id: str, type_: str, message_id: str, kind: QueueKind) -> bytes:
-    """The body (no seq) of a ``message_queued`` / ``message_withdrawn`` event."""
-    event: ServiceEvent = (MessageQueued(message_id=message_id, kind=kind)
-                           if type_ == "message_queued"
-                           else MessageWithdrawn(message_id=message_id, kind=kind))
-    return encode_event_body(event, run_id=run_id, ts=utc_now())
+class ThreadStore(Protocol):
+    """Threads: records, history, the atomic post and settle steps (each one atomic step on
+    the thread and its runs, one Lua script on one Redis Cluster slot: what makes "at most one
+    active run" and "no message lost at a run's end" hold under races)."""
+
+    thread_ttl: float
+
+    async def create_thread(self, record: ThreadRecord) -> None:
+        """Store a new, idle thread."""
+        ...
+
+    async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
+        """Store ``record`` unless a thread with its id exists (one atomic step: of two
+        racing creators exactly one stores it); whether this call stored it."""
+        ...
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """The thread, or None."""
+        ...
+
+    async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
+                           limit: int, cursor: str | None) -> ThreadPage:
+        """The tenant's threads, newest first, filtered, paginated by an opaque cursor."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Drop the thread; its active run is cancelled (woken if parked, so a worker ends
+        it) and a waiting run never starts."""
+        ...
+
+    async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
+        """The conversation: the history plus what the active run added so far (its input
+        before it started)."""
+        ...
+
+    async def thread_run_inputs(self, run_id: str) -> tuple[list[dict[str, Any]],
+                                                             list[dict[str, Any]]]:
+        """``(history, prompts)`` a run of a thread starts from."""
+        ...
+
+    async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
+        """Post a message (``app.store.thread_records``); an interrupt or a steer wakes a
+        parked active run in the same step. With ``post.create`` the thread is created first
+        if absent, in the same step. Raises ``ThreadNotFound``, ``IdempotencyConflict``."""
+        ...
+
+    async def settle_thread(self, thread_id: str) -> str | None:
+        """If the active run has ended: its messages join the history and the next run (if
+        any message waits) is created and dispatched; returns that run's id."""
+        ...
+
+    async def wait_thread(self, thread_id: str, runs: int,
+                          timeout: float) -> ThreadRecord | None:  # noqa: ASYNC109
+        """The thread once it has more than ``runs`` runs, or after ``timeout`` s whatever
+        it has (None: it is gone)."""
+        ...
 
 
-def first_event_body(run_id: str, event: ServiceEvent) -> tuple[str, bytes]:
-    """``(type, stored JSON)`` of a run's seq-1 event."""
-    return event.type, with_seq(1, encode_event_body(event, run_id=run_id, ts=utc_now()))
-
-
-def now() -> float:
-    """Wall-clock seconds (one place, so tests could pin it)."""
-    return time.time()
+class Backend(RunStore, EventLog, QueueStore, CancelSignal, Dispatch, ParkingStore, ThreadStore,
+              Protocol):
+    """Storage and coordination for runs: every concern above (both built-in backends)."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.store.contract import StoredEvent
+from app.store.records import StoredEvent
 
 FRESH_S = 5.0
 """How long a created run's first event is remembered (s): a stream opened later reads it."""

@@ -1,4 +1,4 @@
-"""Thread and thread-run ids (no imports: the Redis key functions use these too).
+"""Run, thread and message ids (no imports: the Redis key functions use these too).
 
 A thread is ``thr_<32 hex>``; a run of a thread is ``run_<32 hex>_thr_<32 hex>``: it names its
 thread, so its Redis keys can carry the thread's hash tag (one Cluster slot for a thread and
@@ -36,3 +36,18 @@ def thread_of_run(run_id: str) -> str | None:
 def is_thread_id(value: str) -> bool:
     """Whether ``value`` can be a thread id (anything else is 404 before the store is asked)."""
     return bool(THREAD_ID.fullmatch(value))
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""What a run id can look like (``new_run_id`` makes ``run_<32 hex>``); anything else is 404
+before the store is asked (``../``, unicode, 8 KiB ids never become store keys)."""
+
+
+def new_run_id() -> str:
+    """A fresh, unguessable run id."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+def new_message_id() -> str:
+    """A fresh id for a queued (or posted) user message."""
+    return f"msg_{uuid.uuid4().hex}"

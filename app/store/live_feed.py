@@ -28,7 +28,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
 from app.delivery.frames import ends_stream, frame
-from app.store.contract import StoredEvent
+from app.store.records import StoredEvent
 
 MAX_PENDING = 1000
 """Frames a tap holds for a subscriber that is not taking them (blocked sending to a slow

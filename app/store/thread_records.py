@@ -20,16 +20,12 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from app.engine.events import RunCreated
-from app.store.contract import BackendError, RunRecord
+from app.store.records import RunRecord
 
 Multitask: TypeAlias = Literal["reject", "enqueue", "steer", "interrupt"]
 Action: TypeAlias = Literal["started", "queued", "steered", "interrupted", "rejected"]
 ThreadStatus: TypeAlias = Literal["idle", "busy"]
 DEFAULT_MULTITASK: Multitask = "enqueue"
-
-
-class ThreadNotFound(BackendError):
-    """No such thread (or not this tenant's): HTTP 404."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -67,6 +63,9 @@ class ThreadPost:
     message_ids: list[str]
     idempotency_key: str | None = None
     request_hash: str = ""
+    create: ThreadRecord | None = None
+    """Create the thread (this record) first when it does not exist, in the same step: a
+    toolkit's first message of a chat (``app.dialects.conversation``)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -106,29 +105,6 @@ class ThreadPage:
 
     threads: list[ThreadRecord]
     next_cursor: str | None
-
-
-def thread_cursor(record: ThreadRecord) -> str:
-    """The opaque cursor after ``record`` (``<created_at>|<id>``, as runs use)."""
-    return f"{record.created_at!r}|{record.id}"
-
-
-def parse_thread_cursor(cursor: str | None) -> tuple[float, str] | None:
-    """``thread_cursor`` reversed (None: from the newest)."""
-    if not cursor:
-        return None
-    created, _, thread_id = cursor.partition("|")
-    try:
-        return float(created), thread_id
-    except ValueError:
-        return None
-
-
-def thread_matches(record: ThreadRecord, status: str | None, metadata: dict[str, str]) -> bool:
-    """Whether a thread passes ``list_threads`` filters."""
-    if status is not None and record.status != status:
-        return False
-    return all(record.metadata.get(k) == v for k, v in metadata.items())
 
 
 def successor(ended: RunRecord, run_id: str, now: float) -> RunRecord:

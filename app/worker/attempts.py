@@ -44,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.store.contract import Backend, Claim, RunRecord
+from app.store.contract import Backend
+from app.store.records import Claim, RunRecord
 from app.worker.sink import EventSink, retrying
 
 ALONE_FOR = 30.0

@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import logging
 
-from app.store.contract import Backend, BackendError, now
+from app.store.contract import Backend
+from app.store.errors import BackendError
+from app.store.records import now
 
 log = logging.getLogger(__name__)
 EVERY = 0.25

@@ -25,7 +25,8 @@ import shutil
 import time
 from pathlib import Path
 
-from app.store.contract import Backend, BackendError
+from app.store.contract import Backend
+from app.store.errors import BackendError
 from app.worker.thread_runs import workspace_gone
 
 log = logging.getLogger(__name__)

@@ -16,39 +16,25 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from pydantic import TypeAdapter
-
-from app.engine.approvals import ApprovalGate, Decision, WaitingCall, add_client_tools, gate_for
+from app.engine.approvals import (
+    ApprovalGate,
+    WaitingCall,
+    add_client_tools,
+    decision_from_json,
+    decision_json,
+    gate_for,
+)
 from app.engine.nested import read_replay
-from app.store.contract import Backend, Claim, RunRecord, now
-from app.store.parking import ParkedState
+from app.store.contract import Backend
+from app.store.records import Claim, ParkedState, RunRecord, now
 from app.worker.sink import EventSink, retrying
-from providers.messages import ImageContent, TextContent, UserContent
 from tool_registry import Menu, Registry
-
-BLOCKS: TypeAdapter[list[UserContent]] = TypeAdapter(list[UserContent])
-"""Content blocks of a client tool's result (stored and posted alike)."""
 
 
 def expiry_note(seconds: float) -> str:
     """The result of a pick nobody answered within ``approval_timeout``."""
     return (f"Approval timed out: nobody answered within {seconds:g} s (the run's "
             "approval_timeout), so this tool call was not run.")
-
-
-def decision_json(decision: Decision) -> dict[str, Any]:
-    """A decision as stored."""
-    return {"kind": decision.kind, "reason": decision.reason, "arguments": decision.arguments,
-            "content": [dataclasses.asdict(c) for c in decision.content],
-            "is_error": decision.is_error}
-
-
-def decision_from_json(data: dict[str, Any]) -> Decision:
-    """``decision_json`` reversed."""
-    blocks: list[TextContent | ImageContent] = BLOCKS.validate_python(data.get("content") or [])
-    return Decision(kind=data["kind"], reason=data.get("reason"),
-                    arguments=data.get("arguments"), content=blocks,
-                    is_error=bool(data.get("is_error")))
 
 
 async def run_gate(backend: Backend, record: RunRecord, registry: Registry, menu: Menu,
@@ -83,10 +69,13 @@ def count_wait(record: RunRecord, parked: ParkedState, sink: EventSink) -> None:
     sink.set_fields(parked_seconds=record.parked_seconds)
 
 
-async def preset_cancel(backend: Backend, claim: Claim, abort: asyncio.Event) -> None:
-    """A resumed run whose cancel was asked (a parked run woken by it) stops before its
-    first step, instead of when the cancel watcher first answers."""
-    if claim.resumed and await retrying(lambda: backend.cancel_requested(claim.run_id)):
+async def preset_cancel(backend: Backend, claim: Claim, record: RunRecord,
+                        abort: asyncio.Event) -> None:
+    """A run whose cancel was asked before it started (queued), or a resumed one (a parked
+    run woken by it) stops before its first step, instead of when the cancel watcher first
+    answers: a run cancelled while queued never calls its model."""
+    if record.cancel_requested or (
+            claim.resumed and await retrying(lambda: backend.cancel_requested(claim.run_id))):
         abort.set()
 
 

@@ -22,24 +22,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.engine import LoopConfig, LoopOutcome, Resume, run_loop
 from app.engine.events import AgentEnd, RunResumed
+from app.engine.loop_config import ResolveProvider
 from app.engine.resume import LogState, ended_fields, read_log_state
 from app.engine.streaming import Deadline
-from app.store.contract import (
-    TERMINAL,
-    Backend,
-    BackendError,
-    Claim,
-    FencedOut,
-    RunEnded,
-    RunRecord,
-    now,
-)
+from app.store.contract import Backend
+from app.store.errors import BackendError, FencedOut, RunEnded
+from app.store.records import TERMINAL, Claim, RunRecord, now
 from app.telemetry import metrics
 from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
@@ -47,14 +41,12 @@ from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
-from providers.base import ForcedTool, Provider, ToolChoice
+from providers.base import ForcedTool, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
 
 log = logging.getLogger(__name__)
 
-ResolveProvider = Callable[[str], tuple[Provider, str]]
-"""``"provider:model"`` → (the provider, the model id it is asked for)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -154,7 +146,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         return
     await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
     abort = asyncio.Event()
-    await parking.preset_cancel(deps.backend, claim, abort)
+    await parking.preset_cancel(deps.backend, claim, record, abort)
     if verdict is not None:  # nothing awaits between the gate and ``_first_step`` below
         await _go_live(deps, claim, sink, verdict)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))

@@ -54,7 +54,9 @@ from typing import Any, Protocol, TypeGuard, TypeVar
 
 from app.engine.events import Event, encode_event_body, json_bytes
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
-from app.store.contract import Backend, BackendError, EventBatch, FencedOut, RunEnded
+from app.store.contract import Backend
+from app.store.errors import BackendError, FencedOut, RunEnded
+from app.store.records import EventBatch
 from app.telemetry import metrics
 from app.telemetry.metrics import RunTimings
 

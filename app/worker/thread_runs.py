@@ -14,7 +14,6 @@ from pathlib import Path
 
 from app.store.contract import Backend
 from app.store.ids import is_thread_id, thread_of_run
-from app.store.threads import threads
 from app.worker.sink import retrying
 from providers.messages import Message, load_messages
 
@@ -26,7 +25,7 @@ def is_thread_run(run_id: str) -> bool:
 
 async def thread_inputs(backend: Backend, run_id: str) -> tuple[list[Message], list[Message]]:
     """``(context, prompts)`` of a thread's run: the history, then its own input."""
-    history, prompts = await retrying(lambda: threads(backend).thread_run_inputs(run_id))
+    history, prompts = await retrying(lambda: backend.thread_run_inputs(run_id))
     return load_messages(history), load_messages(prompts)
 
 
@@ -46,7 +45,7 @@ def thread_workspace(run_id: str) -> Path | None:
 async def workspace_gone(backend: Backend, name: str) -> bool:
     """Whether the run (or thread) a workspace directory is named after is no longer stored."""
     if is_thread_id(name):
-        return await threads(backend).get_thread(name) is None
+        return await backend.get_thread(name) is None
     return await backend.get_run(name) is None
 
 
@@ -54,4 +53,4 @@ async def settle_thread_of(backend: Backend, run_id: str) -> None:
     """After a thread's run has ended: settle its thread (a no-op for other runs)."""
     thread_id = thread_of_run(run_id)
     if thread_id is not None:
-        await retrying(lambda: threads(backend).settle_thread(thread_id))
+        await retrying(lambda: backend.settle_thread(thread_id))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import socket
@@ -33,10 +32,12 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from app.engine.loop_config import ResolveProvider
 from app.store import Backend
-from app.store.contract import BackendError, Claim
+from app.store.errors import BackendError
+from app.store.records import Claim
 from app.worker.expiry import wake_expired
-from app.worker.runner import ResolveProvider, RunnerDeps, run_claim
+from app.worker.runner import RunnerDeps, run_claim
 from tool_registry import Registry, default_registry
 
 log = logging.getLogger(__name__)
@@ -175,12 +176,3 @@ async def run_worker(*, backend: Backend, resolve_provider: ResolveProvider,
     """What the CLI and the app lifespan call: one ``Worker`` until ``stop`` is set.
     ``options``: the ``Worker`` keyword arguments."""
     await Worker(backend, resolve_provider, **options).run(stop)
-
-
-def load_factory(spec: str) -> ResolveProvider:
-    """``module:callable`` → the ``resolve_provider`` the callable returns."""
-    module, _, attr = spec.partition(":")
-    factory = getattr(importlib.import_module(module), attr)
-    resolve: ResolveProvider = factory()
-    return resolve
-

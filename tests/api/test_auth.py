@@ -52,7 +52,7 @@ async def test_keys_tenants_and_stream_tokens() -> None:
 
 async def _end_run(backend, run_id: str) -> None:
     from app.engine.events import AgentEnd, encode_event_body, utc_now
-    from app.store.contract import EventBatch
+    from app.store.records import EventBatch
     from providers.messages import Usage
 
     body = encode_event_body(AgentEnd(stop_reason="stop", error=None, usage=Usage(),

@@ -11,8 +11,9 @@ import asyncio
 import httpx
 
 from app.engine.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
-from app.store.contract import BackendError, EventBatch
+from app.store.errors import BackendError
 from app.store.memory.backend import MemoryBackend
+from app.store.records import EventBatch
 from providers.messages import Usage
 from tests.api.conftest import Api, serve
 from tests.support.sse_client import open_stream, read_all

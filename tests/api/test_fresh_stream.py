@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.store import make_backend
-from app.store.contract import BackendError
+from app.store.errors import BackendError
 from app.store.fresh_runs import FreshRuns
 from app.store.redis.backend import RedisBackend
 from tests.api.conftest import Api, serve

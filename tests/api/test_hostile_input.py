@@ -174,13 +174,14 @@ async def test_bad_cursors_are_422(api_no_worker: Api, cursor: str) -> None:
 
 
 async def test_metadata_filters_with_odd_keys(api_no_worker: Api) -> None:
-    odd = {"../x": "1", "☃ snow": "❄", "a|b": "c=d&e", "k" * 300: "v", "": "empty"}
+    odd = {"../x": "1", "☃ snow": "❄", "a|b": "c=d&e", "k" * 64: "v" * 512}
     run = await api_no_worker.create(metadata=odd)
     for key, value in odd.items():
         resp = await api_no_worker.client.get("/runs", params={f"metadata.{key}": value})
         assert resp.status_code == 200, resp.text
-        if key:  # "metadata." alone is no filter at all
-            assert [r["id"] for r in resp.json()["runs"]] == [run["id"]]
+        assert [r["id"] for r in resp.json()["runs"]] == [run["id"]]
+    resp = await api_no_worker.client.get("/runs", params={"metadata.": "x"})
+    assert resp.status_code == 200  # "metadata." alone is no filter at all
     resp = await api_no_worker.client.get("/runs", params={"metadata.../x": "2"})
     assert resp.json()["runs"] == []
 

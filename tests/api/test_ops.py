@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from app.store import make_backend
-from app.store.contract import BackendError
+from app.store.errors import BackendError
 from app.store.memory.backend import MemoryBackend
 from app.telemetry import metrics
 from app.telemetry.logs import ContextFilter

@@ -11,8 +11,8 @@ from app.delivery.sse import PAGE
 from app.delivery.tap import tapped_frames
 from app.engine.events import AgentEnd, Event, TurnStart, encode_event_body, utc_now
 from app.store import live_feed
-from app.store.contract import EventBatch, StoredEvent
 from app.store.memory.backend import MemoryBackend
+from app.store.records import EventBatch, StoredEvent
 from providers.messages import Usage
 from tests.engine.harness import new_record
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.engine.events import Event, MessageQueued, encode_event_body, utc_now
-from app.store.contract import EventBatch
+from app.store.records import EventBatch
 from providers import fake
 from tests.api.conftest import Api, serve
 from tests.api.test_events import append, end, turns

@@ -166,7 +166,7 @@ async def _age_the_parking(api: Api, run_id: str, seconds: float) -> None:
     if backend.name == "memory":
         async def age() -> None:
             backend._runs[run_id].started_at -= seconds
-            backend._parked_runs[run_id].parked_at -= seconds
+            backend._parked[run_id].parked_at -= seconds
         await api.call(age())
         return
     from app.store.redis import keys

@@ -13,7 +13,7 @@ import pytest
 
 from app.engine.events import ApprovalDecided
 from app.store import Backend, make_backend
-from app.store.contract import RunRecord
+from app.store.records import Answer, RunRecord
 from tests.engine.harness import events, new_record, wait_end
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
 from tests.support.redis_server import redis_server_url, redis_url
@@ -57,8 +57,8 @@ async def test_a_worker_crash_or_restart_while_waiting_changes_nothing(
         assert not marks.exists()  # nothing ran: the pick waits
         state = await rbackend.parked_state(rec.id)
         assert state is not None and [c["tool_call_id"] for c in state.calls] == ["call_mark"]
-        await rbackend.decide(rec.id, "call_mark", {"kind": "approve"},
-                              ApprovalDecided(tool_call_id="call_mark", decision="approve"))
+        await rbackend.decide(rec.id, [Answer("call_mark", {"kind": "approve"}, ApprovalDecided(
+            tool_call_id="call_mark", decision="approve"))])
         b = spawn_worker(redis_url, "B", marks, nap=0.1)
         end = await wait_end(rbackend, rec.id, timeout=STARTUP)
     finally:
@@ -95,9 +95,9 @@ async def test_a_worker_crash_while_a_nested_pick_waits_changes_nothing(
         assert state is not None
         assert [(c["tool_call_id"], c["depth"], c["parent_tool_call_id"])
                 for c in state.calls] == [("call_inner_mark", 1, "call_delegate")]
-        await rbackend.decide(rec.id, "call_inner_mark", {"kind": "approve"},
-                              ApprovalDecided(tool_call_id="call_inner_mark", decision="approve",
-                                              depth=1, parent_tool_call_id="call_delegate"))
+        decided = ApprovalDecided(tool_call_id="call_inner_mark", decision="approve", depth=1,
+                                  parent_tool_call_id="call_delegate")
+        await rbackend.decide(rec.id, [Answer("call_inner_mark", {"kind": "approve"}, decided)])
         b = spawn_worker(redis_url, "B", marks, nap=0.1, extra_env=env)
         end = await wait_end(rbackend, rec.id, timeout=STARTUP)
     finally:

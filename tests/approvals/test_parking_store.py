@@ -14,8 +14,8 @@ import pytest
 from app.engine.events import ApprovalDecided
 from app.engine.queues import QueuedMessage
 from app.store import Backend, make_backend
-from app.store.contract import RunRecord
-from app.store.parking import DecisionRefused
+from app.store.errors import DecisionRefused
+from app.store.records import Answer, RunRecord
 from providers.messages import UserMessage
 from tests.support.redis_server import redis_server_url, redis_url
 
@@ -60,12 +60,13 @@ async def test_park_decide_and_wake(backend: Backend) -> None:
     record = await backend.get_run(run_id)
     assert record is not None and record.status == "requires_action" and record.worker is None
     assert await backend.claim_many("w", 0.05, 5) == []  # parked: nothing to claim
-    assert await backend.decide(run_id, "c2", {"kind": "deny"}, event("c2")) is False
+    assert await backend.decide(run_id, [Answer("c2", {"kind": "deny"}, event("c2"))]) is False
     for call_id, code in (("c2", "already_decided"), ("zz", "unknown_call")):
         with pytest.raises(DecisionRefused) as refused:
-            await backend.decide(run_id, call_id, {"kind": "approve"}, event(call_id))
+            await backend.decide(run_id, [Answer(call_id, {"kind": "approve"},
+                                                  event(call_id))])
         assert refused.value.code == code
-    assert await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1")) is True
+    assert await backend.decide(run_id, [Answer("c1", {"kind": "approve"}, event("c1"))]) is True
     state = await backend.parked_state(run_id)
     assert state is not None and state.calls == CALLS and not state.expired
     assert state.decisions == {"c1": {"kind": "approve"}, "c2": {"kind": "deny"}}
@@ -73,7 +74,7 @@ async def test_park_decide_and_wake(backend: Backend) -> None:
     [claim] = await backend.claim_many("w2", 5.0, 1)
     assert claim.run_id == run_id and claim.resumed
     with pytest.raises(DecisionRefused) as late:
-        await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1"))
+        await backend.decide(run_id, [Answer("c1", {"kind": "approve"}, event("c1"))])
     assert late.value.code == "not_waiting"
 
 
@@ -109,7 +110,7 @@ async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
     """One trial: the last answer against ``rival``; (answer won, rival woke the run)."""
     run_id = await parked_run(backend, n, deadline=time.time() - 1 if rival == "timeout"
                               else None)
-    await backend.decide(run_id, "c1", {"kind": "approve"}, event("c1"))
+    await backend.decide(run_id, [Answer("c1", {"kind": "approve"}, event("c1"))])
 
     async def jitter() -> None:  # either side may go first
         await asyncio.sleep(random.random() * 0.002)
@@ -117,7 +118,8 @@ async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
     async def answer() -> bool:
         await jitter()
         try:
-            return await backend.decide(run_id, "c2", {"kind": "approve"}, event("c2"))
+            return await backend.decide(run_id, [Answer("c2", {"kind": "approve"},
+                                                         event("c2"))])
         except DecisionRefused as exc:
             assert exc.code == "not_waiting"
             return False
@@ -126,15 +128,21 @@ async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
         await jitter()
         if rival == "timeout":
             return run_id in await backend.expire_due(time.time())
+        # a cancel or a steer wakes a parked run itself, in the same step
         if rival == "cancel":
             await backend.request_cancel(run_id)
         else:
             await backend.enqueue(run_id, "steer", QueuedMessage(
                 id=f"m{n}", message=UserMessage(content="x")))
-        return await backend.wake(run_id)
+        return await backend.wake(run_id)  # nothing left to wake: False whoever won
 
     won, woke = await asyncio.gather(answer(), other())
-    assert won != woke, f"trial {n}: answer {won}, {rival} {woke}"
+    if rival == "timeout":
+        assert won != woke, f"trial {n}: answer {won}, {rival} {woke}"
+    else:
+        assert woke is False
+    record = await backend.get_run(run_id)
+    assert record is not None and record.status == "queued"
     assert ("c2" in await decided_events(backend, run_id)) == won
     state = await backend.parked_state(run_id)
     assert state is not None and state.expired == (rival == "timeout" and woke)

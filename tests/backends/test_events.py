@@ -11,8 +11,8 @@ import pytest
 
 from app.engine.events import MessageQueued
 from app.store import Backend, EventBatch, FencedOut
-from app.store.contract import StoredEvent
 from app.store.memory.backend import MemoryBackend
+from app.store.records import StoredEvent
 from tests.backends.conftest import LEASE
 from tests.backends.helpers import batch, created_and_claimed
 

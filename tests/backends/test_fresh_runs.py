@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.store.contract import StoredEvent
 from app.store.fresh_runs import FreshRuns
+from app.store.records import StoredEvent
 
 
 class Clock:

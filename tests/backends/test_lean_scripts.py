@@ -18,8 +18,8 @@ from redis.exceptions import DataError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.engine.events import RunCreated
-from app.store.contract import FencedOut
-from app.store.redis import backend as redis_module
+from app.store.errors import FencedOut
+from app.store.redis import core as redis_module
 from app.store.redis import lean_scripts as redis_lean_scripts
 from app.store.redis.backend import RedisBackend
 from app.store.redis.lean_scripts import LeanScripts, evalsha

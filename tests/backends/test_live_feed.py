@@ -10,8 +10,8 @@ from typing import Any
 
 from app.delivery.tap import tapped_frames
 from app.store import Backend
-from app.store.contract import EventBatch
 from app.store.live_feed import LiveFeeds
+from app.store.records import EventBatch
 from tests.backends.helpers import batch, created_and_claimed
 
 _ID = re.compile(rb"^id: (\d+)$", re.M)

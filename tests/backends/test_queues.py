@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from app.store import Backend, EventBatch, QueueItemTaken, RunNotFound
-from app.store.contract import BackendError
+from app.store.errors import BackendError
 from app.worker.sink import BackendQueue, EventSink
 from tests.backends.helpers import created_and_claimed, msg
 

@@ -12,16 +12,15 @@ import orjson
 
 from app.engine.events import AgentEnd, RunCreated, encode_event_body, json_bytes, utc_now
 from app.store import Backend
-from app.store.contract import EventBatch, RunRecord
 from app.store.ids import new_thread_id, new_thread_run_id
+from app.store.records import EventBatch, RunRecord
 from app.store.thread_records import ThreadPost, ThreadRecord
-from app.store.threads import threads
 from providers.messages import AssistantMessage, TextContent, Usage, UserMessage
 
 
 async def new_thread(backend: Backend, tenant: str = "t") -> str:
     thread_id = new_thread_id()
-    await threads(backend).create_thread(ThreadRecord(id=thread_id, tenant=tenant,
+    await backend.create_thread(ThreadRecord(id=thread_id, tenant=tenant,
                                                       created_at=time.time()))
     return thread_id
 
@@ -64,7 +63,7 @@ def contents(messages: list[dict]) -> list[str]:
 
 async def test_post_to_an_idle_thread_starts_a_run(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     post = make_post(thread_id, "u:one")
     outcome = await store.post_thread_run(thread_id, post)
     assert (outcome.action, outcome.run_id, outcome.queued) == ("started", post.candidate.id,
@@ -82,7 +81,7 @@ async def test_post_to_an_idle_thread_starts_a_run(backend: Backend) -> None:
 
 async def test_a_follow_up_the_run_never_took_starts_the_next_run(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
     queued = await store.post_thread_run(thread_id, make_post(thread_id, "u:two"))
     assert (queued.action, queued.run_id, queued.queued, queued.in_queue) == (
@@ -106,7 +105,7 @@ async def test_a_follow_up_the_run_never_took_starts_the_next_run(backend: Backe
 
 async def test_a_post_settles_an_ended_run_first(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
     await end_run(backend, first.run_id, "u:one", "reply")
     second = await store.post_thread_run(thread_id, make_post(thread_id, "u:two", "reject"))
@@ -117,7 +116,7 @@ async def test_a_post_settles_an_ended_run_first(backend: Backend) -> None:
 
 async def test_a_cancelled_run_keeps_its_input_in_the_history(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
     await end_run(backend, first.run_id, status="cancelled")  # before its first round
     await store.settle_thread(thread_id)
@@ -128,7 +127,7 @@ async def test_a_cancelled_run_keeps_its_input_in_the_history(backend: Backend) 
 
 async def test_policies_while_busy(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
     rejected = await store.post_thread_run(thread_id, make_post(thread_id, "u:no", "reject"))
     assert (rejected.action, rejected.run_id) == ("rejected", first.run_id)
@@ -158,7 +157,7 @@ async def test_policies_while_busy(backend: Backend) -> None:
 
 async def test_idempotent_posts_and_tenants(backend: Backend) -> None:
     thread_id = await new_thread(backend)
-    store = threads(backend)
+    store = backend
     first = await store.post_thread_run(thread_id, make_post(thread_id, "u:a", key="k"))
     again = await store.post_thread_run(thread_id, make_post(thread_id, "u:a", key="k"))
     assert again.repeat and again.run_id == first.run_id and again.action == "started"
@@ -179,7 +178,7 @@ async def test_idempotent_posts_and_tenants(backend: Backend) -> None:
 
 
 async def test_delete_cancels_and_listing(backend: Backend) -> None:
-    store = threads(backend)
+    store = backend
     ids = [await new_thread(backend) for _ in range(3)]
     page = await store.list_threads("t", status=None, metadata={}, limit=2, cursor=None)
     assert [t.id for t in page.threads] == ids[::-1][:2] and page.next_cursor
@@ -205,7 +204,7 @@ async def ttl_of(backend: Backend, thread_id: str) -> float | None:
 
 
 async def test_the_thread_ttl_is_refreshed_on_activity(backend: Backend) -> None:
-    store = threads(backend)
+    store = backend
     store.thread_ttl = 500.0
     thread_id = await new_thread(backend)
     assert 400 < (await ttl_of(backend, thread_id) or 0) <= 500
@@ -220,7 +219,7 @@ async def test_the_thread_ttl_is_refreshed_on_activity(backend: Backend) -> None
 def test_the_setting_reaches_the_backend() -> None:
     from app.store import make_backend
 
-    assert threads(make_backend(None, thread_ttl=123)).thread_ttl == 123.0
+    assert make_backend(None, thread_ttl=123).thread_ttl == 123.0
 
 
 async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> None:
@@ -243,7 +242,7 @@ async def test_every_thread_script_touches_one_cluster_slot(redis_url: str) -> N
     pipeline.call = recording
     try:
         thread_id = await new_thread(backend)
-        store = threads(backend)
+        store = backend
         first = await store.post_thread_run(thread_id, make_post(thread_id, "u:one"))
         await store.post_thread_run(thread_id, make_post(thread_id, "u:two"))
         claim = await backend.claim("w", 1.0)
@@ -269,7 +268,7 @@ async def test_a_threads_workspace_stays_while_the_thread_does(backend: Backend,
     for name in (alive, gone):
         (tmp_path / name).mkdir()
     assert await sweep(backend, tmp_path, grace=0) == [gone]
-    await threads(backend).delete_thread(alive)
+    await backend.delete_thread(alive)
     assert await sweep(backend, tmp_path, grace=0) == [alive]
 
 
@@ -279,7 +278,7 @@ async def test_racing_creators_of_one_thread_id_store_it_once(backend: Backend) 
     thread_id = new_thread_id()
     record = ThreadRecord(id=thread_id, tenant="t", created_at=time.time(),
                           metadata={"chat_id": "c"})
-    store = threads(backend)
+    store = backend
     created = await asyncio.gather(*(store.create_thread_if_absent(record) for _ in range(8)))
     assert sorted(created) == [False] * 7 + [True]
     outcome = await store.post_thread_run(thread_id, make_post(thread_id, "hello"))

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from app.store import Backend, RunRecord, StoredEvent
-from app.store.contract import TERMINAL
+from app.store.records import TERMINAL
 from app.worker.worker import Worker
 from providers.base import Provider
 from tests.engine import scripted

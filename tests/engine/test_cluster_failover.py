@@ -16,7 +16,7 @@ import pytest
 from app.config import Settings
 from app.engine.queues import QueuedMessage
 from app.store import Backend, BackendError, RunRecord, make_backend
-from app.store.contract import TERMINAL
+from app.store.records import TERMINAL
 from app.store.redis.backend import RedisBackend
 from app.store.redis.keys import JOBS_STREAM, inflight_key, queue_key, run_key
 from providers import fake

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.store import Backend, BackendError, RunRecord, make_backend
-from app.store.contract import TERMINAL
+from app.store.records import TERMINAL
 from providers import fake
 from tests.engine import scripted
 from tests.engine.harness import events, new_record, worker

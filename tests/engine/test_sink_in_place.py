@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from app.engine.events import AgentEnd, TurnStart
-from app.store.contract import BackendError, EventBatch, FencedOut
+from app.store.errors import BackendError, FencedOut
+from app.store.records import EventBatch
 from app.worker.sink import EventSink
 from providers.messages import Usage
 

@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 from app.engine.events import AgentEnd, TurnStart
-from app.store.contract import EventBatch
+from app.store.records import EventBatch
 from app.worker.sink import EventSink
 from providers.messages import Usage
 

@@ -16,10 +16,9 @@ import pytest
 
 from app.engine.events import RunCreated, json_bytes
 from app.store import Backend, make_backend
-from app.store.contract import RunRecord
 from app.store.ids import new_thread_id, new_thread_run_id
+from app.store.records import RunRecord
 from app.store.thread_records import ThreadPost, ThreadRecord
-from app.store.threads import threads
 from providers.messages import UserMessage
 from tests.engine.harness import events, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
@@ -59,7 +58,7 @@ async def wait_tool_start(backend: Backend, run_id: str, name: str) -> None:
 async def wait_idle(backend: Backend, thread_id: str) -> ThreadRecord:
     async with asyncio.timeout(60):
         while True:
-            thread = await threads(backend).get_thread(thread_id)
+            thread = await backend.get_thread(thread_id)
             assert thread is not None
             if thread.active_run is None:
                 return thread
@@ -68,7 +67,7 @@ async def wait_idle(backend: Backend, thread_id: str) -> ThreadRecord:
 
 async def test_a_thread_run_survives_its_worker(rbackend: Backend, redis_url: str,
                                                 tmp_path: Path) -> None:
-    store = threads(rbackend)
+    store = rbackend
     thread_id = new_thread_id()
     await store.create_thread(ThreadRecord(id=thread_id, tenant="t", created_at=time.time()))
     # both workers up before the run exists (start-up takes seconds under load); whichever

@@ -151,9 +151,10 @@ async def test_the_chat_is_a_thread_so_the_new_message_alone_continues_it(api: A
     assert sent[0].content[0].text == "I am Ada"  # type: ignore[union-attr]
     found = (await api.client.get("/threads", params={"metadata.chat_id": "chat-thread"})
              ).json()["threads"]
-    assert len(found) == 1 and len(found[0]["runs"]) == 2
-    assert [m["role"] for m in found[0]["messages"]] == ["user", "assistant"] * 2
-    assert second["message"]["id"] == found[0]["runs"][1]
+    assert len(found) == 1 and found[0]["run_count"] == 2
+    thread = (await api.client.get(f"/threads/{found[0]['id']}")).json()
+    assert [m["role"] for m in thread["messages"]] == ["user", "assistant"] * 2
+    assert second["message"]["id"] == thread["runs"][1] == found[0]["last_run"]
 
 
 async def test_tool_history_from_the_ui_message_reaches_the_model(api: Api) -> None:

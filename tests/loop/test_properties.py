@@ -14,7 +14,7 @@ from app.engine import LoopConfig, Resume, run_loop
 from app.engine.events import Event, RunResumed, encode_event_body
 from app.engine.queues import ListQueue
 from app.engine.resume import scan
-from app.store.contract import with_seq
+from app.store.records import with_seq
 from providers import fake
 from providers.fake import FakeProvider, Step
 from providers.messages import (

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.config import load_settings
-from app.process.services import provider_client
+from app.process.setup import provider_client
 from providers._routing import environment_proxies, proxy_patterns
 from tests.support.wire_server import Reply, WireServer
 

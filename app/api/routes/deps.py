@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.auth import Principal
-from app.process.services import Services
+from app.api.services import Services
 
 
 # async (though they never await) so FastAPI calls them inline: a plain ``def`` dependency

@@ -19,15 +19,15 @@ from app.api.errors import ApiError, documented
 from app.api.routes.deps import ServicesDep
 from app.api.run_view import check_run_id, owned
 from app.delivery.sse import PAGE, event_stream
-from app.store.contract import TERMINAL
 from app.store.fresh_runs import FreshRuns
+from app.store.records import TERMINAL
 
 router = APIRouter(tags=["events"])
 MAX_SEQ = 2**63 - 1
 """Largest seq a client may resume after (a Redis stream id's part is 64-bit)."""
 
 
-def _seq(value: str | None, field: str) -> int:
+def parse_seq(value: str | None, field: str) -> int:
     """ASCII digits only (``str.isdigit`` also passes ``"²"``, which ``int`` refuses), and the
     length is checked before ``int`` parses it."""
     if value is None or value == "":
@@ -58,7 +58,7 @@ async def run_events(run_id: str, request: Request, svc: ServicesDep,
     ended run with nothing left after its position is ``204``. ``?token=`` accepts the run's
     stream token (``GET /runs/{id}`` returns a fresh one)."""
     who = svc.auth.authenticate(request, stream_run_id=run_id)
-    start = max(_seq(after, "after"), _seq(last_event_id, "Last-Event-ID"))
+    start = max(parse_seq(after, "after"), parse_seq(last_event_id, "Last-Event-ID"))
     check_run_id(run_id)
     fresh = getattr(svc.backend, "fresh_runs", None)
     made = fresh.get(run_id) if isinstance(fresh, FreshRuns) and start == 0 else None

@@ -9,47 +9,18 @@ the message (unless the run is cancelled or fails first).
 
 from __future__ import annotations
 
-import uuid
-
 from fastapi import APIRouter, Response
 
-from app.api.errors import ApiError, documented
+from app.api import control
+from app.api.errors import documented
 from app.api.routes.deps import PrincipalDep, ServicesDep
 from app.api.routes.strict_json import StrictJsonRoute
-from app.api.run_requests import user_message
 from app.api.run_view import load_run
 from app.api.schemas import Queued, QueueItem, QueueList, QueueMessageIn
-from app.engine.queues import QueuedMessage, QueueKind
-from app.process.services import Services
-from app.store.contract import TERMINAL, RunEnded, RunNotFound
-from app.telemetry import metrics
-from app.telemetry.logs import bind
 from providers.messages import dump_message
 
 router = APIRouter(tags=["queue"], route_class=StrictJsonRoute)
 _ENQUEUE_ERRORS = documented(400, 401, 404, 409, 413, 415, 422, 503)
-
-
-async def _enqueue(svc: Services, tenant: str, run_id: str, kind: QueueKind,
-                   body: QueueMessageIn) -> Queued:
-    record = await load_run(svc.backend, run_id, tenant)
-    if record.status in TERMINAL:
-        raise _ended(run_id)
-    item = QueuedMessage(id=f"msg_{uuid.uuid4().hex}", message=user_message(body.content))
-    with bind(run_id=run_id, tenant=tenant):
-        try:  # the store checks again, atomically with the push and its event
-            position = await svc.backend.enqueue(run_id, kind, item)
-        except RunEnded as exc:
-            raise _ended(run_id) from exc
-        if kind == "steer":  # a parked run goes on with the steer (its picks skipped)
-            await svc.backend.wake(run_id)
-    metrics.QUEUE_DEPTH.labels(kind=kind).inc()
-    return Queued(message_id=item.id, kind=kind, position=position)
-
-
-def _ended(run_id: str) -> ApiError:
-    return ApiError(409, "run_ended", f"run {run_id} has ended (or is ending): the message was "
-                    "not queued")
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, response_model=Queued,
@@ -58,7 +29,8 @@ def _ended(run_id: str) -> ApiError:
 async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                 who: PrincipalDep) -> Queued:
     """Queue a steering message: injected after the running tool (remaining picks skipped)."""
-    return await _enqueue(svc, who.tenant, run_id, "steer", body)
+    message_id, position = await control.enqueue(svc, who, run_id, "steer", body.content)
+    return Queued(message_id=message_id, kind="steer", position=position)
 
 
 @router.post("/runs/{run_id}/follow_up", status_code=202, response_model=Queued,
@@ -67,7 +39,8 @@ async def steer(run_id: str, body: QueueMessageIn, svc: ServicesDep,
 async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
                     who: PrincipalDep) -> Queued:
     """Queue a follow-up message: taken when the loop would otherwise stop."""
-    return await _enqueue(svc, who.tenant, run_id, "follow_up", body)
+    message_id, position = await control.enqueue(svc, who, run_id, "follow_up", body.content)
+    return Queued(message_id=message_id, kind="follow_up", position=position)
 
 
 @router.get("/runs/{run_id}/queue", response_model=QueueList, operation_id="getRunQueue",
@@ -91,13 +64,5 @@ async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueL
 async def withdraw(run_id: str, message_id: str, svc: ServicesDep,
                    who: PrincipalDep) -> Response:
     """Withdraw a message the loop has not taken yet."""
-    await load_run(svc.backend, run_id, who.tenant)
-    try:
-        kind = await svc.backend.withdraw(run_id, message_id)
-    except RunNotFound as exc:
-        raise ApiError(404, "message_not_found", f"no queued message {message_id}") from exc
-    except RunEnded as exc:
-        raise ApiError(409, "run_ended", f"run {run_id} has ended: its queue stays as it "
-                       "was") from exc
-    metrics.QUEUE_DEPTH.labels(kind=kind).dec()
+    await control.withdraw(svc, who, run_id, message_id)
     return Response(status_code=204)

@@ -7,8 +7,9 @@ not used. Per message role: ``user`` text and
 results (matched to their call by id); ``system`` and ``developer`` text joins the run's
 ``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
 messages are left out. ``state`` is not used: agentloop keeps no agent state.
-``forwardedProps.agentloop`` takes the ``POST /runs`` options (model, server tools, ...) and
-``cancel_on_disconnect``; other forwarded props are left alone.
+``forwardedProps.agentloop`` takes the run options (``app.api.options``: model, server tools,
+approval, ...) and ``cancel_on_disconnect``; other forwarded props are left alone. Errors name
+the input's fields (``tools[0].name``, ``forwardedProps.agentloop.approval[0]``).
 
 Frontend-defined ``tools`` are the run's ``client_tools``: a pick of one ends the AG-UI run
 with the pending tool call (the client runs it), and the next input, whose last messages are
@@ -18,33 +19,25 @@ the ``tool`` messages with its results, answers the waiting run (``tool_answers`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from ag_ui.core import RunAgentInput
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import ConfigDict, StrictBool, ValidationError
 
-from app.api.errors import ApiError, deepest_error, field_path
-from app.api.schemas import ForcedChoice
+from app.api.checks import validation_to_api
+from app.api.errors import ApiError
+from app.api.options import RunOptions
 
 _SKIPPED_ROLES = frozenset({"reasoning", "activity"})
 
 
-class AgentloopProps(BaseModel):
-    """``forwardedProps.agentloop``: run options."""
+class AgentloopProps(RunOptions):
+    """``forwardedProps.agentloop``: the run options (``app.api.options``, as on ``POST /runs``;
+    frontend tools come in the input's ``tools``) and ``cancel_on_disconnect``."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str | None = None
-    system: str | None = None
-    tools: list[str] | None = Field(default=None, description="server-side tools by name")
-    toolset: str | None = None
-    tool_choice: Literal["auto", "required", "none"] | ForcedChoice | None = None
-    max_iterations: StrictInt | None = None
-    temperature: float | None = Field(default=None, ge=0)
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    timeout: float | None = Field(default=None, gt=0, strict=True)
-    metadata: dict[str, str] = Field(default_factory=dict)
-    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = None
     cancel_on_disconnect: StrictBool = False
 
 
@@ -58,11 +51,28 @@ def agentloop_props(body: RunAgentInput) -> AgentloopProps:
     props = body.forwarded_props
     raw = props.get("agentloop") if isinstance(props, dict) else None
     try:
-        return AgentloopProps.model_validate(raw or {})
+        props_in = AgentloopProps.model_validate(raw or {})
     except ValidationError as exc:
-        sub = field_path(deepest_error(exc.errors()).get("loc", ()))
-        field = "forwardedProps.agentloop" + (f".{sub}" if sub else "")
-        raise _invalid(field, str(deepest_error(exc.errors()).get("msg"))) from exc
+        raise validation_to_api(exc, "forwardedProps.agentloop") from exc
+    if props_in.client_tools is not None:
+        raise _invalid("forwardedProps.agentloop.client_tools", "an AG-UI client declares "
+                       "its frontend tools in the input's tools")
+    return props_in
+
+
+def wire_name(body: RunAgentInput) -> Callable[[str], str]:
+    """The input's name of a pipeline field: frontend tools are ``tools``, the new message is
+    the last of ``messages``, every other option is under ``forwardedProps.agentloop``."""
+    last = max(len(body.messages) - 1, 0)
+
+    def rename(name: str) -> str:
+        if name.startswith("client_tools"):
+            return "tools" + name.removeprefix("client_tools")
+        if name.startswith("input"):
+            return f"messages[{last}].content"
+        return f"forwardedProps.agentloop.{name}"
+
+    return rename
 
 
 def client_tools(body: RunAgentInput) -> list[dict[str, Any]] | None:
@@ -72,15 +82,17 @@ def client_tools(body: RunAgentInput) -> list[dict[str, Any]] | None:
             for t in body.tools or []] or None
 
 
-def tool_answers(body: RunAgentInput) -> list[tuple[str, str, bool]]:
-    """``(tool call id, content, is_error)`` of the ``tool`` messages that end the input (the
-    results of frontend tools the last run ended with)."""
-    out: list[tuple[str, str, bool]] = []
-    for message in reversed([m.model_dump(by_alias=True) for m in body.messages]):
-        if message["role"] != "tool":
+def tool_answers(body: RunAgentInput) -> list[tuple[str, str, bool, str]]:
+    """``(tool call id, content, is_error, field)`` of the ``tool`` messages that end the input
+    (the results of frontend tools the last run ended with)."""
+    out: list[tuple[str, str, bool, str]] = []
+    raw = [m.model_dump(by_alias=True) for m in body.messages]
+    for i in range(len(raw) - 1, -1, -1):
+        if raw[i]["role"] != "tool":
             break
-        result = _tool_result(message, {})
-        out.append((result["tool_call_id"], result["content"][0]["text"], result["is_error"]))
+        result = _tool_result(raw[i], {})
+        out.append((result["tool_call_id"], result["content"][0]["text"], result["is_error"],
+                    f"messages[{i}]"))
     return out[::-1]
 
 

@@ -21,21 +21,28 @@ from ag_ui.encoder import EventEncoder
 from fastapi import APIRouter, Response
 from sse_starlette import EventSourceResponse
 
+from app.api import control
+from app.api.auth import Principal
+from app.api.control import AnswerIn
 from app.api.errors import ApiError, documented
-from app.api.routes.approvals import decide_call
+from app.api.pipeline import submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
 from app.api.routes.strict_json import StrictJsonRoute
+from app.api.services import Services
 from app.delivery.sse import EventStreamResponse
 from app.dialects.ag_ui.messages import history
 from app.dialects.ag_ui.projector import AgUiProjector
-from app.dialects.ag_ui.request import agentloop_props, client_tools, to_messages, tool_answers
-from app.dialects.ai_sdk.request import CHAT_ID
-from app.dialects.conversation import active_run, post_turn, turn_body
+from app.dialects.ag_ui.request import (
+    agentloop_props,
+    client_tools,
+    to_messages,
+    tool_answers,
+    wire_name,
+)
+from app.dialects.conversation import CHAT_ID, active_run, turn
 from app.dialects.tail import poll_seconds, projected_frames
 from app.engine.approvals import Decision
-from app.process.services import Services
 from app.store.contract import Backend
-from app.store.threads import threads
 from providers.messages import TextContent
 
 router = APIRouter(tags=["ag-ui"], route_class=StrictJsonRoute)
@@ -60,24 +67,26 @@ async def _after(head: bytes, frames: AsyncIterator[bytes]) -> AsyncIterator[byt
         yield frame
 
 
-async def _answer_run(body: RunAgentInput, svc: Services, tenant: str,
+async def _answer_run(body: RunAgentInput, svc: Services, who: Principal,
                       cancel_on_disconnect: bool) -> Response:
-    """The thread's waiting run takes the results in the input's trailing tool messages; a
-    new AG-UI run (RUN_STARTED with our run id) shows the rest of it."""
-    record = await active_run(svc, tenant, body.thread_id)
+    """The thread's waiting run takes the results in the input's trailing tool messages, all
+    or none; a new AG-UI run (RUN_STARTED with our run id) shows the rest of it."""
+    record = await active_run(svc.backend, who.tenant, body.thread_id)
     if record is None or record.status != "requires_action":
         raise ApiError(409, "not_waiting", "the thread has no run waiting for a tool result",
                        "messages")
     state = await svc.backend.parked_state(record.id)
     waiting = {c["tool_call_id"] for c in (state.calls if state else [])
-               if c["kind"] == "client_tool" and not c.get("decided")}
+               if state is not None and c["kind"] == "client_tool"
+               and c["tool_call_id"] not in state.decisions}
     taken = [a for a in tool_answers(body) if a[0] in waiting]
     if not taken:
         raise ApiError(409, "unknown_call", "the input's tool messages answer no call the "
                        "run waits for", "messages")
-    for call_id, text, failed in taken:
-        await decide_call(svc, tenant, record.id, call_id, "client_tool", Decision(
-            kind="result", content=[TextContent(text=text)], is_error=failed))
+    await control.answer(svc, who, record.id, [
+        AnswerIn(call_id, "client_tool", Decision(
+            kind="result", content=[TextContent(text=text)], is_error=failed), field)
+        for call_id, text, failed, field in taken])
     projector = AgUiProjector(body.thread_id, continues_after=record.last_seq)
     head = b"id: %d\n%s" % (record.last_seq, EventEncoder().encode(
         RunStartedEvent(thread_id=body.thread_id, run_id=record.id)).encode())
@@ -100,16 +109,16 @@ async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) ->
     _check_thread(body.thread_id, "threadId")
     props = agentloop_props(body)
     if body.messages and body.messages[-1].role == "tool":
-        return await _answer_run(body, svc, who.tenant, props.cancel_on_disconnect)
+        return await _answer_run(body, svc, who, props.cancel_on_disconnect)
     messages, system = to_messages(body)
-    options = props.model_dump(exclude={"cancel_on_disconnect"}, exclude_none=True)
+    options = props.option_fields()
     options["system"] = "\n\n".join(s for s in (props.system, system) if s) or None
     options["metadata"] = {**props.metadata, "ag_ui_run_id": body.run_id[:255]}
     options["client_tools"] = client_tools(body)
-    outcome = await post_turn(svc, who.tenant, body.thread_id,
-                              turn_body(body.thread_id, messages[-1], options))
+    done = await submit(svc, turn(who, body.thread_id, messages[-1], options,
+                                  wire_name(body)))
     projector = AgUiProjector(body.thread_id)
-    return ag_ui_stream(svc.backend, outcome.run_id, projector,
+    return ag_ui_stream(svc.backend, done.run_id, projector,
                         poll=poll_seconds(svc.settings.sse_ping_seconds),
                         cancel_on_disconnect=props.cancel_on_disconnect)
 
@@ -122,10 +131,10 @@ async def reconnect(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Resp
     """The thread's active run, replayed from its start, then live; ``204`` if none."""
     if not re.fullmatch(CHAT_ID, thread_id):
         raise ApiError(404, "not_found", "no such thread")
-    record = await active_run(svc, who.tenant, thread_id)
+    record = await active_run(svc.backend, who.tenant, thread_id)
     if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
-    before, prompts = await threads(svc.backend).thread_run_inputs(record.id)
+    before, prompts = await svc.backend.thread_run_inputs(record.id)
     messages = [*before, *prompts]
     projector = AgUiProjector(thread_id, history(messages, record.id))
     return ag_ui_stream(svc.backend, record.id, projector,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
+from app.api.control import AnswerKind
 from app.api.errors import ApiError
 from app.engine.approvals import Decision
 from providers.messages import TextContent
@@ -28,13 +29,16 @@ class Answer:
     """One waiting call's answer from a UI message part."""
 
     tool_call_id: str
-    kind: str  # "approval" or "client_tool" (the parked call's kind)
+    kind: AnswerKind
     decision: Decision
+    field: str
+    """The part it came from (``messages[3].parts[1]``)."""
 
 
 def answers(message: dict[str, Any], field: str) -> list[Answer]:
     """The answers in the last (assistant) UI message; 422 naming ``field`` if it has none."""
-    found = [a for a in map(_answer, message.get("parts") or []) if a is not None]
+    found = [a for j, part in enumerate(message.get("parts") or [])
+             if (a := _answer(part, f"{field}.parts[{j}]")) is not None]
     if not found:
         raise ApiError(422, "validation_error", f"{field}.role: the last message must be the "
                        "user's, or the assistant's with tool approval responses or client "
@@ -42,7 +46,7 @@ def answers(message: dict[str, Any], field: str) -> list[Answer]:
     return found
 
 
-def _answer(part: Any) -> Answer | None:
+def _answer(part: Any, field: str) -> Answer | None:
     if not isinstance(part, dict) or not str(part.get("type", "")).startswith(
             ("tool-", "dynamic-tool")):
         return None
@@ -53,12 +57,12 @@ def _answer(part: Any) -> Answer | None:
         kind: Literal["approve", "deny"] = "approve" if approval.get("approved") is True \
             else "deny"
         return Answer(call_id, "approval", Decision(
-            kind=kind, reason=str(reason) if reason is not None else None))
+            kind=kind, reason=str(reason) if reason is not None else None), field)
     if state in ("output-available", "output-error") and not isinstance(approval, dict):
         failed = state == "output-error"
         text = str(part.get("errorText")) if failed else _text(part.get("output"))
         return Answer(call_id, "client_tool", Decision(
-            kind="result", content=[TextContent(text=text)], is_error=failed))
+            kind="result", content=[TextContent(text=text)], is_error=failed), field)
     return None
 
 

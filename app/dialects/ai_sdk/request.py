@@ -5,12 +5,12 @@ posted; the others are still checked (a malformed one is a 422 naming it). ``tri
 ``regenerate-message`` is refused (422): a thread's history is not rewritten.
 
 The transport sends ``{id, messages, trigger, messageId?}`` plus whatever the page puts in the
-transport's ``body`` option; of those we take the ``POST /runs`` options below. A UI message's
-parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of user
-messages; ``text`` and finished tool parts (``tool-<name>`` or ``dynamic-tool`` with an output
-or an error) of assistant messages, one assistant message per ``step-start`` with the results
-of its calls after it; the text of ``system`` messages becomes the run's ``system``. Other
-parts (reasoning, sources, data parts) are left out. Errors name the field
+transport's ``body`` option: the run options (``app.api.options``, as on ``POST /runs``). A UI
+message's parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of
+user messages; ``text`` and finished tool parts (``tool-<name>`` or ``dynamic-tool`` with an
+output or an error) of assistant messages, one assistant message per ``step-start`` with the
+results of its calls after it; the text of ``system`` messages becomes the run's ``system``.
+Other parts (reasoning, sources, data parts) are left out. Errors name the field
 (``messages[2].parts[0].url``).
 """
 
@@ -19,51 +19,32 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import ConfigDict, Field, StrictBool
 
 from app.api.errors import ApiError
-from app.api.schemas import ClientTool, ForcedChoice
+from app.api.options import RunOptions
+from app.dialects.conversation import CHAT_ID
 
-CHAT_ID = r"^[A-Za-z0-9_-]{1,128}$"
 
-
-class ChatRequest(BaseModel):
-    """``POST /ai-sdk/chat`` body: the transport's fields and the run options."""
+class ChatRequest(RunOptions):
+    """``POST /ai-sdk/chat`` body: the transport's fields beside the run options (the page
+    sets those in the transport's ``body``)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(pattern=CHAT_ID, description="the chat id (the conversation)")
     messages: list[dict[str, Any]] = Field(min_length=1, description="UI messages")
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = None  # the transport's name
-    model: str | None = None
-    system: str | None = None
-    tools: list[str] | None = None
-    toolset: str | None = None
-    tool_choice: Literal["auto", "required", "none"] | ForcedChoice | None = None
-    max_iterations: StrictInt | None = None
-    temperature: float | None = Field(default=None, ge=0)
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    timeout: float | None = Field(default=None, gt=0, strict=True)
-    metadata: dict[str, str] = Field(default_factory=dict)
-    approval: list[str] | Literal["all", "unsafe"] | None = Field(
-        default=None, description="tools whose picks wait for approval (POST /runs)")
-    approval_timeout: float | None = Field(default=None, gt=0, strict=True)
-    client_tools: list[ClientTool] | None = Field(default=None, description=(
-        "tools the page runs (no execute: answered with addToolOutput)"))
-    multitask: Literal["reject", "enqueue", "steer", "interrupt"] | None = Field(
-        default=None, description="what the message does while the chat's thread is busy "
-        "(default enqueue: a follow-up of the active run)")
     cancel_on_disconnect: StrictBool = Field(default=False, description=(
         "cancel the run when the client closes the stream before its end (the SDK's stop());"
         " by default the run goes on"))
 
     def run_options(self) -> dict[str, Any]:
-        """The ``POST /runs`` fields this request sets."""
+        """The run options this request sets (422 for a ``regenerate-message``)."""
         if self.trigger == "regenerate-message":
             raise _invalid("trigger", "regenerate-message is not supported: the chat's thread "
                            "keeps its history (send a new message instead)")
-        return self.model_dump(exclude={"id", "messages", "trigger", "messageId",
-                                        "cancel_on_disconnect"}, exclude_none=True)
+        return self.option_fields()
 
 
 def _invalid(field: str, problem: str) -> ApiError:

@@ -13,24 +13,27 @@ Closing the stream (the SDK's ``stop()``) leaves the run running unless the requ
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 from sse_starlette import EventSourceResponse
 
+from app.api import control
+from app.api.auth import Principal
+from app.api.control import AnswerIn
 from app.api.errors import ApiError, documented
-from app.api.routes.approvals import decide_call
+from app.api.pipeline import submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
-from app.api.routes.events import _seq
+from app.api.routes.events import parse_seq
 from app.api.routes.strict_json import StrictJsonRoute
+from app.api.services import Services
 from app.delivery.sse import EventStreamResponse
-from app.dialects.ai_sdk.answers import Answer, answers
+from app.dialects.ai_sdk.answers import answers
 from app.dialects.ai_sdk.projector import HEADERS, UIMessageProjector, chunk_frame
-from app.dialects.ai_sdk.request import CHAT_ID, ChatRequest, to_messages
-from app.dialects.conversation import active_run, post_turn, turn_body
+from app.dialects.ai_sdk.request import ChatRequest, to_messages
+from app.dialects.conversation import CHAT_ID, active_run, turn
 from app.dialects.tail import poll_seconds, projected_frames
-from app.process.services import Services
 from app.store.contract import Backend
 
 router = APIRouter(tags=["ai-sdk"], route_class=StrictJsonRoute)
@@ -54,29 +57,33 @@ async def _after(head: bytes, frames: AsyncIterator[bytes]) -> AsyncIterator[byt
         yield frame
 
 
-async def _answer_run(body: ChatRequest, svc: Services, tenant: str) -> Response:
-    """The chat's waiting run takes the answers of the last message; the rest of the run
-    streams as the continuation of that message (``start`` with the same id)."""
+async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Response:
+    """The chat's waiting run takes the answers of the last message, all or none; the rest of
+    the run streams as the continuation of that message (``start`` with the same id)."""
     found = answers(body.messages[-1], f"messages[{len(body.messages) - 1}]")
-    record = await active_run(svc, tenant, body.id)
+    record = await active_run(svc.backend, who.tenant, body.id)
     if record is None or record.status != "requires_action":
         raise ApiError(409, "not_waiting", "the chat has no run waiting for an answer")
     state = await svc.backend.parked_state(record.id)
     waiting = {c["tool_call_id"]: c["kind"] for c in (state.calls if state else [])
-               if not c.get("decided")}
-    taken: list[Answer] = [a for a in found if waiting.get(a.tool_call_id) == a.kind]
+               if state is not None and c["tool_call_id"] not in state.decisions}
+    taken = [a for a in found if waiting.get(a.tool_call_id) == a.kind]
     if not taken:
         raise ApiError(409, "unknown_call", "the last message answers no call the run waits "
                        "for", "messages")
-    for answer in taken:
-        await decide_call(svc, tenant, record.id, answer.tool_call_id, answer.kind,
-                          answer.decision)
+    await control.answer(svc, who, record.id, [
+        AnswerIn(a.tool_call_id, a.kind, a.decision, a.field) for a in taken])
     meta = {"run_id": record.id, "events_url": f"/runs/{record.id}/events"}
     head = chunk_frame(record.last_seq, {"type": "start", "messageId": record.id,
                                          "messageMetadata": meta})
     return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      after=record.last_seq, head=head,
                      cancel_on_disconnect=body.cancel_on_disconnect)
+
+
+def _wire_name(last: int) -> Callable[[str], str]:
+    """The request's name of a pipeline field: the input is the last UI message's parts."""
+    return lambda name: f"messages[{last}].parts" if name.startswith("input") else name
 
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
@@ -87,13 +94,14 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
     message chunks. A last message of the assistant's answers the chat's waiting run
     (``app/dialects/ai_sdk/answers.py``)."""
     if body.messages[-1].get("role") == "assistant":
-        return await _answer_run(body, svc, who.tenant)
+        return await _answer_run(body, svc, who)
     messages, system = to_messages(body.messages)
     options = body.run_options()
-    if system and "system" not in options:
+    if system and not options.get("system"):
         options["system"] = system
-    outcome = await post_turn(svc, who.tenant, body.id, turn_body(body.id, messages[-1], options))
-    return ui_stream(svc.backend, outcome.run_id,
+    done = await submit(svc, turn(who, body.id, messages[-1], options,
+                                  _wire_name(len(body.messages) - 1)))
+    return ui_stream(svc.backend, done.run_id,
                      poll=poll_seconds(svc.settings.sse_ping_seconds),
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
@@ -108,8 +116,8 @@ async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
     ``204`` when the chat has none."""
     if not re.fullmatch(CHAT_ID, chat_id):
         raise ApiError(404, "not_found", "no such chat")
-    after = _seq(last_event_id, "Last-Event-ID")
-    record = await active_run(svc, who.tenant, chat_id)
+    after = parse_seq(last_event_id, "Last-Event-ID")
+    record = await active_run(svc.backend, who.tenant, chat_id)
     if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),

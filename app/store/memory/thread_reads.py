@@ -3,51 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-from app.store.contract import now
 from app.store.ids import thread_of_run
-from app.store.thread_records import (
-    ThreadPage,
-    ThreadRecord,
-    parse_thread_cursor,
-    thread_cursor,
-    thread_matches,
-)
-from app.store.threads import DEFAULT_THREAD_TTL
-
-if TYPE_CHECKING:
-    from app.store.memory.backend import _RunState
+from app.store.memory.core import MemoryCore, copy_thread
+from app.store.paging import make_cursor, parse_cursor, thread_matches
+from app.store.thread_records import ThreadPage, ThreadRecord
 
 
-class Thread:
-    """Everything stored for one thread."""
-
-    __slots__ = ("changed", "expires", "idem", "inputs", "msgs", "record")
-
-    def __init__(self, record: ThreadRecord) -> None:
-        self.record = record
-        self.msgs: list[bytes] = []
-        self.inputs: dict[str, list[bytes]] = {}
-        self.idem: dict[str, str] = {}
-        self.expires: float | None = None
-        self.changed = asyncio.Event()
-
-
-class MemoryThreadReads:
-    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
-
-    thread_ttl: float = DEFAULT_THREAD_TTL
-    _state: dict[str, _RunState]
-
-    @property
-    def _threads(self) -> dict[str, Thread]:
-        found: dict[str, Thread] | None = self.__dict__.get("_threads_")
-        if found is None:
-            found = self.__dict__["_threads_"] = {}
-        return found
+class MemoryThreadReads(MemoryCore):
+    """See ``app.store.contract.ThreadStore`` (the reads)."""
 
     async def get_thread(self, thread_id: str) -> ThreadRecord | None:
         """See ``ThreadStore.get_thread``."""
@@ -60,12 +27,12 @@ class MemoryThreadReads:
         found = [t.record for t in list(self._threads.values())
                  if t.record.tenant == tenant and self._thread(t.record.id) is not None]
         found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        after = parse_thread_cursor(cursor)
+        after = parse_cursor(cursor)
         page = [copy_thread(r) for r in found if (after is None or (r.created_at, r.id) < after)
                 and thread_matches(r, status, metadata)][:limit + 1]
         more = len(page) > limit
         page = page[:limit]
-        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
+        return ThreadPage(threads=page, next_cursor=make_cursor(page[-1]) if more else None)
 
     async def thread_messages(self, thread_id: str) -> list[dict[str, Any]]:
         """See ``ThreadStore.thread_messages``."""
@@ -99,24 +66,3 @@ class MemoryThreadReads:
             except TimeoutError:
                 pass
         return await self.get_thread(thread_id)
-
-    def _thread(self, thread_id: str) -> Thread | None:
-        thread = self._threads.get(thread_id)
-        if thread is not None and thread.expires is not None and thread.expires < now():
-            del self._threads[thread_id]
-            return None
-        return thread
-
-
-def wake(thread: Thread) -> None:
-    """Wake everyone waiting for the thread to change."""
-    thread.changed.set()
-    thread.changed = asyncio.Event()
-
-
-def copy_thread(record: ThreadRecord) -> ThreadRecord:
-    """A copy callers may change freely."""
-    return ThreadRecord(id=record.id, tenant=record.tenant, created_at=record.created_at,
-                        updated_at=record.updated_at, metadata=dict(record.metadata),
-                        active_run=record.active_run, next_run=record.next_run,
-                        runs=list(record.runs))

@@ -6,33 +6,18 @@ is as atomic as the Redis backend's scripts. A thread's history and run inputs a
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from app.engine.events import MessageQueued, RunCreated, encode_event_body, json_bytes, utc_now
+from app.engine.events import MessageQueued, RunCreated, json_bytes
 from app.engine.queues import QueuedMessage, QueueKind
-from app.store.contract import (
-    TERMINAL,
-    IdempotencyConflict,
-    RunRecord,
-    first_event_body,
-    now,
-    with_seq,
-)
+from app.store.errors import IdempotencyConflict, ThreadNotFound
 from app.store.ids import new_thread_run_id
-from app.store.memory.thread_reads import MemoryThreadReads, Thread, copy_thread, wake
-from app.store.thread_records import (
-    PostOutcome,
-    ThreadNotFound,
-    ThreadPost,
-    ThreadRecord,
-    successor,
-)
+from app.store.memory.core import RunState, ThreadState, copy_run, copy_thread
+from app.store.memory.thread_reads import MemoryThreadReads
+from app.store.records import TERMINAL, RunRecord, first_event_body, now
+from app.store.thread_records import PostOutcome, ThreadPost, ThreadRecord, successor
 from providers.messages import UserMessage, message_adapter
-
-if TYPE_CHECKING:
-    from app.store.memory.backend import _RunState
 
 QUEUED_ACTION = {"enqueue": "queued", "steer": "steered", "interrupt": "interrupted"}
 LEFTOVER_ORDER: tuple[tuple[str, QueueKind], ...] = (
@@ -41,23 +26,11 @@ LEFTOVER_ORDER: tuple[tuple[str, QueueKind], ...] = (
 
 
 class MemoryThreads(MemoryThreadReads):
-    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
-
-    _runs: dict[str, RunRecord]
-    _cancelled: set[str]
-
-    def _record(self, run_id: str) -> RunRecord | None:
-        raise NotImplementedError
-
-    def _push_job(self, run_id: str) -> None:
-        raise NotImplementedError
-
-    def _cancel_event(self, run_id: str) -> asyncio.Event:
-        raise NotImplementedError
+    """See ``app.store.contract.ThreadStore`` (the writes)."""
 
     async def create_thread(self, record: ThreadRecord) -> None:
         """See ``ThreadStore.create_thread``."""
-        thread = self._threads[record.id] = Thread(copy_thread(record))
+        thread = self._threads[record.id] = ThreadState(copy_thread(record))
         self._touch(thread)
 
     async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
@@ -78,11 +51,14 @@ class MemoryThreads(MemoryThreadReads):
         if waiting is not None:
             waiting.status, waiting.stop_reason, waiting.ended_at = "cancelled", "aborted", now()
             waiting.error = "the thread was deleted"
-        wake(thread)
+            self._expires[waiting.id] = now() + self.run_ttl
+        thread.wake()
 
     async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
         """See ``ThreadStore.post_thread_run``."""
         thread = self._thread(thread_id)
+        if thread is None and post.create is not None:
+            thread = self._threads[thread_id] = ThreadState(copy_thread(post.create))
         if thread is None or thread.record.tenant != post.tenant:
             raise ThreadNotFound(thread_id)
         key = post.idempotency_key
@@ -110,7 +86,7 @@ class MemoryThreads(MemoryThreadReads):
         return started
 
     # -- the atomic steps ---------------------------------------------------------------
-    def _post_now(self, thread: Thread, post: ThreadPost) -> PostOutcome:
+    def _post_now(self, thread: ThreadState, post: ThreadPost) -> PostOutcome:
         rec = thread.record
         ids = list(post.message_ids)
         if rec.active_run is None:
@@ -135,10 +111,12 @@ class MemoryThreads(MemoryThreadReads):
         for message_id, raw in zip(post.message_ids, post.prompts, strict=True):
             queue.append(QueuedMessage(id=message_id, message=_user(raw)))
             self._log(rec.active_run, MessageQueued(message_id=message_id, kind=kind))
+        if kind == "steer":  # a parked run goes on with the steer (its picks skipped)
+            self._wake_parked(rec.active_run)
         return PostOutcome(action=action, run_id=rec.active_run, queued=True, message_ids=ids,
                            in_queue=True)
 
-    def _settle_now(self, thread: Thread) -> str | None:
+    def _settle_now(self, thread: ThreadState) -> str | None:
         rec = thread.record
         if rec.active_run is None:
             return None
@@ -158,48 +136,33 @@ class MemoryThreads(MemoryThreadReads):
         rec.active_run, rec.next_run, rec.updated_at = start, None, now()
         if start:
             self._push_job(start)
-        wake(thread)
+        thread.wake()
         return start
 
-    def _new_run(self, thread: Thread, post: ThreadPost, *, dispatch: bool) -> None:
+    def _new_run(self, thread: ThreadState, post: ThreadPost, *, dispatch: bool) -> None:
         self._store_run(thread, post.candidate, list(post.prompts), post)
         if dispatch:
             self._push_job(post.candidate.id)
 
-    def _store_run(self, thread: Thread, record: RunRecord, prompts: list[bytes],
+    def _store_run(self, thread: ThreadState, record: RunRecord, prompts: list[bytes],
                    post: ThreadPost | None = None) -> None:
-        from app.store.memory.backend import _RunState
-
-        state = self._state[record.id] = _RunState()
+        state = self._state[record.id] = RunState()
         event = post.first_event if post else RunCreated(model=record.model)
         record.last_seq = 1
         state.events.append((1, *first_event_body(record.id, event)))
-        self._runs[record.id] = _copy_run(record)
+        self._runs[record.id] = copy_run(record)
         thread.inputs[record.id] = prompts
         thread.record.runs.append(record.id)
         thread.record.updated_at = now()
-        wake(thread)
+        thread.wake()
 
-    def _log(self, run_id: str, event: MessageQueued) -> None:
-        """Append a service event to the run's log in the same step (never after its end)."""
-        record, state = self._runs[run_id], self._state[run_id]
-        record.last_seq += 1
-        body = encode_event_body(event, run_id=run_id, ts=utc_now())
-        state.events.append((record.last_seq, event.type, with_seq(record.last_seq, body)))
-        state.waiter.set()
-        state.waiter = asyncio.Event()
-
-    def _cancel_run(self, run_id: str) -> None:
-        self._cancelled.add(run_id)
-        self._cancel_event(run_id).set()
-
-    def _touch(self, thread: Thread) -> None:
+    def _touch(self, thread: ThreadState) -> None:
         """Activity: an idle thread expires ``thread_ttl`` s from now, a busy one never."""
         busy = thread.record.active_run is not None
         thread.expires = None if busy else now() + self.thread_ttl
 
 
-def _leftovers(state: _RunState) -> list[bytes]:
+def _leftovers(state: RunState) -> list[bytes]:
     """Messages the run never took (or took and never injected), emptied out of its queues."""
     out: list[bytes] = []
     for where, kind in LEFTOVER_ORDER:
@@ -218,7 +181,4 @@ def _user(raw: bytes) -> UserMessage:
     return message
 
 
-def _copy_run(record: RunRecord) -> RunRecord:
-    from dataclasses import replace
 
-    return replace(record, usage=dict(record.usage), metadata=dict(record.metadata))

@@ -1,4 +1,4 @@
-"""Dispatch on Redis (mixed into ``RedisBackend``): the ``al:jobs`` stream read through the
+"""Dispatch on Redis (a part of ``RedisBackend``): the ``al:jobs`` stream read through the
 ``workers`` consumer group, a worker's pending entries being its runs, and one liveness key per
 worker (``al:worker:<name>``, PX lease) that claiming workers check to take the jobs of lapsed
 holders (the timeline is in ``app.store.redis.backend``)."""
@@ -6,17 +6,15 @@ holders (the timeline is in ``app.store.redis.backend``)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from redis.exceptions import ResponseError
 
-from app.store.contract import Claim
+from app.store.records import Claim
 from app.store.redis import keys
+from app.store.redis.core import RedisCore
 from app.store.redis.errors import guard
-
-if TYPE_CHECKING:
-    from redis.asyncio import Redis, RedisCluster
 
 _Entry = tuple[bytes, dict[bytes, bytes] | None]
 """A job stream entry: its id and fields (None once deleted)."""
@@ -24,23 +22,8 @@ BLOCK_MAX = 1.0
 """Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
 
 
-class RedisDispatch:
-    """Mixed into ``RedisBackend`` (which has what the block below declares)."""
-
-    if TYPE_CHECKING:
-        client: Redis | RedisCluster
-        lease: float
-        run_ttl: float
-        _group_ready: bool
-        _next_scan: float
-
-        async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any: ...
-
-        async def _commands(self, *commands: tuple[str | bytes, ...]) -> list[Any]: ...
-
-        async def _ensure_group(self) -> None: ...
-
-        async def _add_job(self, run_id: str) -> None: ...
+class RedisDispatch(RedisCore):
+    """See ``app.store.contract.Dispatch`` (and the module docstring)."""
 
     async def claim(self, worker: str, timeout: float) -> Claim | None:  # noqa: ASYNC109
         """See ``Backend.claim``."""
@@ -137,12 +120,6 @@ class RedisDispatch:
             await self._drop_job(entry_id)
             return None
         return Claim(run_id=run_id, attempt=attempt, resumed=attempt > 1)
-
-    async def _drop_job(self, entry_id: bytes | str) -> None:
-        if not entry_id:
-            return
-        await self._commands(("XACK", keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id),
-                             ("XDEL", keys.JOBS_STREAM, entry_id))
 
     @guard
     async def heartbeat(self, worker: str) -> None:

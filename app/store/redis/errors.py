@@ -8,7 +8,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from app.store.contract import BackendError, FencedOut, RunEnded, RunNotFound
+from app.store.errors import BackendError, FencedOut, RunEnded, RunNotFound
 
 P = ParamSpec("P")
 T = TypeVar("T")

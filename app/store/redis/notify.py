@@ -32,8 +32,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from app.store.contract import StoredEvent
 from app.store.live_feed import LiveFeeds
+from app.store.records import StoredEvent
 from app.store.redis.keys import NOTIFY_CHANNEL
 from app.store.redis.notes_reader import LeanParams, lean_params, open_notes
 

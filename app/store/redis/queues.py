@@ -4,44 +4,30 @@ makes it, with its ``message_queued``/``message_withdrawn`` event written in the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
-from app.store.contract import (
-    EventBatch,
-    QueueItemTaken,
-    RunNotFound,
-    parse_queue_entry,
-    queue_entry,
-    queue_event_body,
-)
+from app.store.errors import QueueItemTaken, RunNotFound
+from app.store.records import EventBatch, parse_queue_entry, queue_entry, queue_event_body
 from app.store.redis import keys
+from app.store.redis.core import RedisCore
 from app.store.redis.errors import guard
 
-if TYPE_CHECKING:
-    from redis.asyncio import Redis, RedisCluster
 
-
-class RedisQueues:
-    """Mixed into ``RedisBackend`` (which has what the block below declares)."""
-
-    if TYPE_CHECKING:
-        client: Redis | RedisCluster
-
-        async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any: ...
-
-        def _channel(self, run_id: str) -> str: ...
-
-        async def append_events(self, run_id: str, attempt: int | None,
-                                batch: EventBatch) -> int: ...
+class RedisQueues(RedisCore):
+    """See ``app.store.contract.QueueStore``."""
 
     @guard
     async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """See ``Backend.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed)."""
+        """See ``QueueStore.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed;
+        a steer sets a parked run ``queued``, then it is dispatched)."""
         body = queue_event_body(run_id, "message_queued", item.id, kind)
         run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id)]
-        return int(await self._run("ENQUEUE", run_keys, ["", queue_entry(item), body,
-                                                         self._channel(run_id), f"e:{run_id}"]))
+        position, woken = await self._run("ENQUEUE", run_keys, [
+            "", queue_entry(item), body, self._channel(run_id), f"e:{run_id}", kind])
+        if woken:  # a steer woke the parked run
+            await self._woken(run_id)
+        return int(position)
 
     @guard
     async def close_queues(self, run_id: str, attempt: int) -> bool:

@@ -123,13 +123,18 @@ redis.call('HSET', run, 'worker', 'null')
 return redis.call('HGET', run, 'job') or ''
 """
 
-# KEYS run, queue, events; ARGV '', entry, message_queued body, channel, note.
-# Returns the position; ENDED once the queues are closed or the run ended.
+# KEYS run, queue, events; ARGV '', entry, message_queued body, channel, note, kind.
+# Returns {position, 1 when a steer woke the parked run (the caller adds its job)}; ENDED once
+# the queues are closed or the run ended.
 ENQUEUE = _PRELUDE + """
 if closed() then return redis.error_reply('ENDED') end
 local position = redis.call('RPUSH', KEYS[2], ARGV[2])
 add_event(KEYS[3], 'message_queued', ARGV[3], ARGV[4], ARGV[5])
-return position
+if ARGV[6] == 'steer' and redis.call('HGET', run, 'status') == '"requires_action"' then
+  redis.call('HSET', run, 'status', '"queued"')
+  return {position, 1}
+end
+return {position, 0}
 """
 
 # KEYS run, q steer, q follow_up; ARGV attempt. 1: closed; 0: a message is waiting.
@@ -203,9 +208,84 @@ end
 return 1
 """
 
-# KEYS run; ARGV '', channel, note
+# KEYS run; ARGV '', channel, note. 'woken': the run was parked and is queued now (the caller
+# adds its job).
 CANCEL = _PRELUDE + _PUBLISH + """
 redis.call('HSET', run, 'cancel', '1')
 publish(ARGV[2], ARGV[3])
+if redis.call('HGET', run, 'status') == '"requires_action"' then
+  redis.call('HSET', run, 'status', '"queued"')
+  return 'woken'
+end
+return 'ok'
+"""
+
+# -- parked runs (app.store.redis.parking) ----------------------------------------------------
+
+# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now,
+# carried answers JSON
+PARK = _PRELUDE + """
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '',
+  'parked_at', ARGV[4], 'carried', ARGV[5])
+redis.call('HSET', run, 'worker', 'null')
+local job = redis.call('HGET', run, 'job') or ''
+if redis.call('LLEN', KEYS[4]) > 0 or redis.call('HGET', run, 'cancel') then
+  redis.call('HSET', run, 'status', '"queued"')
+  return {job, 'wake'}
+end
+redis.call('HSET', run, 'status', '"requires_action"')
+return {job, 'parked'}
+"""
+
+# KEYS run, parked, decisions, events; ARGV '', n, channel, note, then n × (call id, decision,
+# type, body). Every answer is checked before any is recorded (all or none); returns
+# {outcome, status before, the refused call id}.
+DECIDE = _PRELUDE + _PUBLISH + """
+local status = redis.call('HGET', run, 'status')
+if status ~= '"requires_action"' then return {'not_waiting', status, ''} end
+local calls = cjson.decode(redis.call('HGET', KEYS[2], 'calls') or '[]')
+local known = {}
+for _, c in ipairs(calls) do known[c['tool_call_id']] = true end
+local n = tonumber(ARGV[2])
+local seen = {}
+for j = 0, n - 1 do
+  local id = ARGV[5 + j * 4]
+  if not known[id] then return {'unknown_call', status, id} end
+  if seen[id] or redis.call('HEXISTS', KEYS[3], id) == 1 then
+    return {'already_decided', status, id}
+  end
+  seen[id] = true
+end
+local first, seq, size, lines = 0, 0, 0, {}
+for j = 0, n - 1 do
+  local b = 5 + j * 4
+  redis.call('HSET', KEYS[3], ARGV[b], ARGV[b + 1])
+  seq = redis.call('HINCRBY', run, 'last_seq', 1)
+  if first == 0 then first = seq end
+  local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[b + 3], 2)
+  redis.call('XADD', KEYS[4], seq .. '-0', 't', ARGV[b + 2], 'd', data)
+  size = size + #data
+  lines[#lines + 1] = seq .. '\\t' .. ARGV[b + 2] .. '\\t' .. data
+end
+local note = ARGV[4] .. ':' .. first .. ':' .. seq
+if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
+publish(ARGV[3], note)
+if redis.call('HLEN', KEYS[3]) >= #calls then
+  redis.call('HSET', run, 'status', '"queued"')
+  return {'woken', status, ''}
+end
+return {'recorded', status, ''}
+"""
+
+# KEYS run, parked; ARGV '', expire-at ('' : wake now). Returns 1 when the run was woken.
+WAKE = _PRELUDE + """
+if redis.call('HGET', run, 'status') ~= '"requires_action"' then return 0 end
+if ARGV[2] ~= '' then
+  local deadline = redis.call('HGET', KEYS[2], 'deadline')
+  if not deadline or deadline == '' or tonumber(deadline) > tonumber(ARGV[2]) then return 0 end
+  redis.call('HSET', KEYS[2], 'expired', '1')
+end
+redis.call('HSET', run, 'status', '"queued"')
 return 1
 """

@@ -7,20 +7,13 @@ import asyncio
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis, RedisCluster
 
 from app.store.ids import thread_of_run
+from app.store.paging import make_cursor, parse_cursor, thread_matches
 from app.store.redis import keys
+from app.store.redis.core import RedisCore
 from app.store.redis.errors import guard
-from app.store.redis.notify import Notifier
-from app.store.thread_records import (
-    ThreadPage,
-    ThreadRecord,
-    parse_thread_cursor,
-    thread_cursor,
-    thread_matches,
-)
-from app.store.threads import DEFAULT_THREAD_TTL
+from app.store.thread_records import ThreadPage, ThreadRecord
 
 
 def _decode_thread(raw: dict[bytes, bytes], runs: list[bytes]) -> ThreadRecord | None:
@@ -44,26 +37,22 @@ return 1
 """
 
 
-def _thread_fields(record: ThreadRecord) -> dict[Any, Any]:
+def thread_fields(record: ThreadRecord) -> dict[Any, Any]:
     """A new idle thread's hash."""
     return {"id": record.id, "tenant": record.tenant, "created_at": repr(record.created_at),
             "updated_at": repr(record.updated_at), "metadata": orjson.dumps(record.metadata),
             "active_run": "", "next_run": ""}
 
 
-class RedisThreadReads:
-    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
-
-    thread_ttl: float = DEFAULT_THREAD_TTL
-    client: Redis | RedisCluster
-    notifier: Notifier
+class RedisThreadReads(RedisCore):
+    """See ``app.store.contract.ThreadStore`` (the reads, and creating a thread)."""
 
     @guard
     async def create_thread(self, record: ThreadRecord) -> None:
         """See ``ThreadStore.create_thread``."""
         thread = keys.thread_key(record.id, "thread")
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hset(thread, mapping=_thread_fields(record))
+            pipe.hset(thread, mapping=thread_fields(record))
             pipe.expire(thread, int(self.thread_ttl))
             pipe.zadd(keys.tenant_threads_key(record.tenant), {record.id: record.created_at})
             await pipe.execute()
@@ -72,7 +61,7 @@ class RedisThreadReads:
     async def create_thread_if_absent(self, record: ThreadRecord) -> bool:
         """See ``ThreadStore.create_thread_if_absent``: one script on the thread's hash (its
         slot), then the tenant's index (idempotent)."""
-        fields = _thread_fields(record)
+        fields = thread_fields(record)
         flat = [x for pair in fields.items() for x in pair]
         created = await self.client.eval(
             _CREATE_IF_ABSENT, 1, keys.thread_key(record.id, "thread"),
@@ -96,7 +85,7 @@ class RedisThreadReads:
                            limit: int, cursor: str | None) -> ThreadPage:
         """See ``ThreadStore.list_threads``: the tenant's zset newest first, filtered."""
         zkey = keys.tenant_threads_key(tenant)
-        after = parse_thread_cursor(cursor)
+        after = parse_cursor(cursor)
         top: float | str = after[0] if after else "+inf"
         page: list[ThreadRecord] = []
         offset, chunk = 0, max(limit + 1, 50)
@@ -113,7 +102,7 @@ class RedisThreadReads:
                     page.append(record)
         more = len(page) > limit
         page = page[:limit]
-        return ThreadPage(threads=page, next_cursor=thread_cursor(page[-1]) if more else None)
+        return ThreadPage(threads=page, next_cursor=make_cursor(page[-1]) if more else None)
 
     async def _threads_of(self, ids: list[str], zkey: str) -> list[ThreadRecord]:
         async with self.client.pipeline(transaction=False) as pipe:

@@ -87,25 +87,42 @@ return {'ok', start}
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run, C(8) candidate, idem key
 # ARGV expected active, expected next, tenant, policy, idem hash ('' none), ttl, now,
 #      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
-#      then the prompts (JSON), their message ids, the C field pairs
+#      then the prompts (JSON), their message ids, the C field pairs, then n thread fields
+#      and their pairs (n > 0: create the thread first if it does not exist).
+# Returns {status, outcome, the parked active run an interrupt or steer woke ('' none)}.
 POST = _PRELUDE + """
+local n, nf = tonumber(ARGV[13]), tonumber(ARGV[14])
+local pstart, istart, fstart = 15, 15 + n, 15 + 2 * n
+local tstart = fstart + 2 * nf
+local nt = tonumber(ARGV[tstart] or '0')
+if redis.call('EXISTS', T) == 0 and nt > 0 then
+  local fields = {}
+  for j = tstart + 1, tstart + nt * 2 do fields[#fields + 1] = ARGV[j] end
+  redis.call('HSET', T, unpack(fields))
+end
 if redis.call('EXISTS', T) == 0 or redis.call('HGET', T, 'tenant') ~= ARGV[3] then
-  return {'gone', ''}
+  return {'gone', '', ''}
 end
 local IDEM = KEYS[28]
 if ARGV[5] ~= '' then
   local seen = redis.call('GET', IDEM)
-  if seen then return {'repeat', seen} end
+  if seen then return {'repeat', seen, ''} end
 end
 local bad = check(ARGV[1], ARGV[2])
-if bad then return {bad, ''} end
+if bad then return {bad, '', ''} end
 local active, nxt, policy = ARGV[1], ARGV[2], ARGV[4]
 if active ~= '' then
   local status = redis.call('HGET', rk(0, 1), 'status')
-  if not status or terminal(status) then return {'ended', ''} end
+  if not status or terminal(status) then return {'ended', '', ''} end
 end
-local n, nf = tonumber(ARGV[13]), tonumber(ARGV[14])
-local pstart, istart, fstart = 15, 15 + n, 15 + 2 * n
+local woken = ''
+-- whatever stops or redirects the active run wakes it if it is parked (the caller adds its job)
+local function wake_active()
+  if redis.call('HGET', rk(0, 1), 'status') == '"requires_action"' then
+    redis.call('HSET', rk(0, 1), 'status', '"queued"')
+    woken = active
+  end
+end
 local ids = {}
 for j = istart, istart + n - 1 do ids[#ids + 1] = ARGV[j] end
 ids = table.concat(ids, ',')
@@ -120,13 +137,14 @@ if active == '' then
   redis.call('HSET', T, 'active_run', ARGV[10])
   outcome = 'started|' .. ARGV[10] .. '|00|' .. ids
 elseif policy == 'reject' then
-  return {'busy', active}
+  return {'busy', active, ''}
 elseif nxt ~= '' then
   for j = pstart, pstart + n - 1 do redis.call('RPUSH', rk(1, 8), ARGV[j]) end
   outcome = names[policy] .. '|' .. nxt .. '|10|' .. ids
 elseif policy == 'interrupt' then
   redis.call('HSET', rk(0, 1), 'cancel', '1')
   notify(ARGV[8], active, 'c:' .. active)
+  wake_active()
   start_candidate()
   redis.call('HSET', T, 'next_run', ARGV[10])
   outcome = 'interrupted|' .. ARGV[10] .. '|00|' .. ids
@@ -144,22 +162,29 @@ else
     notify(ARGV[8], active, 'e:' .. active .. ':' .. seq .. ':' .. seq .. '\\n' ..
       seq .. '\\tmessage_queued\\t' .. data)
   end
+  if policy == 'steer' then wake_active() end
   outcome = names[policy] .. '|' .. active .. '|11|' .. ids
 end
 redis.call('HSET', T, 'updated_at', ARGV[7])
 if ARGV[5] ~= '' then redis.call('SET', IDEM, ARGV[5] .. '|' .. outcome, 'EX', ARGV[6]) end
 keep(ARGV[6])
-return {'ok', outcome}
+return {'ok', outcome, woken}
 """
 
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run
 # ARGV expected active, expected next, channel, thread id, run ttl, now
+# Returns {status, the parked active run it woke to end ('' none)}.
 DELETE = _PRELUDE + """
 local bad = check(ARGV[1], ARGV[2])
-if bad then return bad end
+if bad then return {bad, ''} end
+local woken = ''
 if ARGV[1] ~= '' and redis.call('EXISTS', rk(0, 1)) == 1 then
   redis.call('HSET', rk(0, 1), 'cancel', '1')
   notify(ARGV[3], ARGV[1], 'c:' .. ARGV[1])
+  if redis.call('HGET', rk(0, 1), 'status') == '"requires_action"' then
+    redis.call('HSET', rk(0, 1), 'status', '"queued"')
+    woken = ARGV[1]
+  end
 end
 if ARGV[2] ~= '' and redis.call('EXISTS', rk(1, 1)) == 1 then
   redis.call('HSET', rk(1, 1), 'status', '"cancelled"', 'stop_reason', '"aborted"',
@@ -168,5 +193,5 @@ if ARGV[2] ~= '' and redis.call('EXISTS', rk(1, 1)) == 1 then
 end
 redis.call('DEL', T, MSGS, RUNS)
 notify(ARGV[3], ARGV[4], 'e:' .. ARGV[4])
-return 'ok'
+return {'ok', woken}
 """

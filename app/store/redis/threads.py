@@ -12,22 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.events import RunCreated, utc_now
-from app.store.contract import BackendError, IdempotencyConflict, RunRecord, first_event_body, now
+from app.store.errors import BackendError, IdempotencyConflict, ThreadNotFound
 from app.store.ids import new_thread_run_id
+from app.store.records import RunRecord, first_event_body, now
 from app.store.redis import keys
-from app.store.redis import thread_scripts as lua
-from app.store.redis.cluster import NodeClients
 from app.store.redis.errors import guard
-from app.store.redis.pipeline import ScriptCalls
 from app.store.redis.records import encode_record
-from app.store.redis.thread_reads import RedisThreadReads
-from app.store.thread_records import (
-    PostOutcome,
-    ThreadNotFound,
-    ThreadPost,
-    ThreadRecord,
-    successor,
-)
+from app.store.redis.thread_reads import RedisThreadReads, thread_fields
+from app.store.thread_records import PostOutcome, ThreadPost, ThreadRecord, successor
 
 ATTEMPTS = 100
 """Reads-then-script rounds before giving up on a thread that keeps changing."""
@@ -41,34 +33,10 @@ def role_keys(thread_id: str, run_id: str) -> list[str]:
 
 
 class RedisThreads(RedisThreadReads):
-    """See the module docstring (and ``app.store.threads.ThreadStore``)."""
-
-    run_ttl: float
-    _pipeline: ScriptCalls
-
-    _nodes: NodeClients | None
-
-    def _notes(self) -> str:
-        """The scripts' notes channel: ``al:notify``; '' on a cluster (each note then goes
-        to its run's or thread's shard channel, in the thread's slot)."""
-        return keys.NOTIFY_CHANNEL if self._nodes is None else ""
-
-    async def _ensure_group(self) -> None:
-        raise NotImplementedError
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        raise NotImplementedError
-
-    def _thread_script(self, name: str) -> Any:
-        scripts: dict[str, Any] | None = self.__dict__.get("_thread_scripts")
-        if scripts is None:
-            scripts = self.__dict__["_thread_scripts"] = {
-                n: self.client.register_script(getattr(lua, n))
-                for n in ("SETTLE", "POST", "DELETE")}
-        return scripts[name]
+    """See ``app.store.contract.ThreadStore`` (the writes) and the module docstring."""
 
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
-        return await self._pipeline.call(self._thread_script(name), keys_, args)
+        return await self._run(name, keys_, args)
 
     @guard
     async def delete_thread(self, thread_id: str) -> None:
@@ -78,11 +46,13 @@ class RedisThreads(RedisThreadReads):
             if record is None:
                 return
             active, waiting = record.active_run or "", record.next_run or ""
-            answer = await self._script("DELETE", [
+            answer, woken = await self._script("DELETE", [
                 *keys.thread_keys(thread_id), *role_keys(thread_id, active),
                 *role_keys(thread_id, waiting)],
                 [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
             if answer != b"stale":
+                if woken:  # its parked active run, woken to end cancelled
+                    await self._woken(woken.decode())
                 await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
                 return
         raise BackendError(f"thread {thread_id} kept changing")
@@ -93,12 +63,17 @@ class RedisThreads(RedisThreadReads):
         await self._ensure_group()
         for _ in range(ATTEMPTS):
             record = await self.get_thread(thread_id)
+            created = record is None and post.create is not None
+            if created:
+                record = post.create
             if record is None or record.tenant != post.tenant:
                 raise ThreadNotFound(thread_id)
-            status, payload = await self._post_once(record, post)
+            status, payload, woken = await self._post_once(record, post, created=created)
             if status == "ok":
                 outcome = _outcome(payload)
-                await self._after_post(record, post, outcome)
+                await self._after_post(record, post, outcome, created=created)
+                if woken:  # the parked active run an interrupt or a steer woke
+                    await self._woken(woken)
                 return outcome
             if status == "repeat":
                 digest, outcome = PostOutcome.decode(payload)
@@ -114,8 +89,10 @@ class RedisThreads(RedisThreadReads):
                 await self.settle_thread(thread_id)
         raise BackendError(f"thread {thread_id} kept changing")
 
-    async def _post_once(self, record: ThreadRecord, post: ThreadPost) -> tuple[str, str]:
+    async def _post_once(self, record: ThreadRecord, post: ThreadPost, *, created: bool
+                         ) -> tuple[str, str, str]:
         active, waiting = record.active_run or "", record.next_run or ""
+        create = thread_fields(record) if created else {}
         cand = post.candidate
         fields = [x for kv in encode_record(_first_seq(cand)).items() for x in kv]
         _, event = first_event_body(cand.id, post.first_event)
@@ -125,15 +102,19 @@ class RedisThreads(RedisThreadReads):
             post.request_hash if post.idempotency_key is not None else "",
             int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
-            *fields]
-        status, payload = await self._script("POST", [
+            *fields, len(create), *(x for kv in create.items() for x in kv)]
+        status, payload, woken = await self._script("POST", [
             *keys.thread_keys(record.id), *role_keys(record.id, active),
             *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
-        return status.decode(), payload.decode()
+        return status.decode(), payload.decode(), woken.decode()
 
-    async def _after_post(self, record: ThreadRecord, post: ThreadPost,
-                          outcome: PostOutcome) -> None:
-        """The global keys of a new run: the tenant's index, and its job once it may run."""
+    async def _after_post(self, record: ThreadRecord, post: ThreadPost, outcome: PostOutcome,
+                          *, created: bool) -> None:
+        """The global keys: a created thread's place in the tenant's index; a new run's, and
+        its job once it may run."""
+        if created:
+            await self.client.zadd(keys.tenant_threads_key(record.tenant),
+                                   {record.id: record.created_at})
         if outcome.action not in ("started", "interrupted") or outcome.queued:
             return
         async with self.client.pipeline(transaction=False) as pipe:

@@ -1,0 +1,120 @@
+"""The run options, declared once: every door takes them (``POST /runs`` and thread posts in
+their body, ``/ai-sdk/chat`` in its body beside the transport's fields, ``/ag-ui`` in
+``forwardedProps.agentloop``). Field shapes and sizes only; what they refer to (models,
+tools, toolsets) is checked by the run pipeline (``app.api.checks``).
+
+Unknown fields are refused (422), so a misspelt option is never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    WithJsonSchema,
+)
+
+METADATA_MAX_KEYS = 64
+METADATA_KEY_MAX = 64
+METADATA_VALUE_MAX = 512
+"""Metadata of a run or a thread: at most 64 keys of 1–64 characters, values of at most 512
+(422 naming ``metadata`` beyond)."""
+CLIENT_TOOLS_MAX = 128
+"""Most client tools one request may declare (the providers' own limit on a menu)."""
+NAMES_MAX = 256
+"""Most entries in ``tools``, ``tools_allow``, ``tools_deny`` and ``approval``."""
+
+def _bounded(metadata: dict[str, str]) -> dict[str, str]:
+    """``metadata`` within the limits above (a ``ValueError`` naming the offending key)."""
+    if len(metadata) > METADATA_MAX_KEYS:
+        raise ValueError(f"at most {METADATA_MAX_KEYS} keys (got {len(metadata)})")
+    for key, value in metadata.items():
+        shown = key if len(key) <= 24 else key[:24] + "…"
+        if not 1 <= len(key) <= METADATA_KEY_MAX:
+            raise ValueError(f"key {shown!r}: keys are 1 to {METADATA_KEY_MAX} characters")
+        if len(value) > METADATA_VALUE_MAX:
+            raise ValueError(f"the value of {shown!r}: at most {METADATA_VALUE_MAX} characters")
+    return metadata
+
+
+Metadata = Annotated[dict[str, str], AfterValidator(_bounded), WithJsonSchema({
+    "type": "object", "maxProperties": METADATA_MAX_KEYS,
+    "propertyNames": {"minLength": 1, "maxLength": METADATA_KEY_MAX},
+    "additionalProperties": {"type": "string", "maxLength": METADATA_VALUE_MAX},
+    "description": f"string pairs for your own use (filterable with metadata.<key>=<value>): "
+                   f"at most {METADATA_MAX_KEYS} keys of 1-{METADATA_KEY_MAX} characters, "
+                   f"values of at most {METADATA_VALUE_MAX}"})]
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Names = Annotated[list[ToolName], Field(max_length=NAMES_MAX)]
+QueueModeField = Literal["one-at-a-time", "all"]
+MultitaskField = Literal["reject", "enqueue", "steer", "interrupt"]
+
+
+class ForcedChoice(BaseModel):
+    """``tool_choice`` forcing one function."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=128)
+
+
+class ClientTool(BaseModel):
+    """A tool the frontend runs (``client_tools``): on the model's menu like any tool; a pick
+    of it parks the run until ``POST /runs/{id}/tool_results`` answers."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments (an object schema)")
+
+
+class RunOptions(BaseModel):
+    """How a run runs: the fields every door takes (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, max_length=256,
+                              description="provider:model; server default if unset")
+    system: str | None = None
+    tools: Names | None = None
+    toolset: str | None = Field(default=None, max_length=128)
+    tools_source: str = Field(default="api", max_length=128)
+    tools_allow: Names | None = None
+    tools_deny: Names | None = None
+    tool_choice: Literal["auto", "required", "none"] | ForcedChoice = "auto"
+    reset_tool_choice: StrictBool = True
+    parallel_tool_calls: StrictBool | None = None
+    max_iterations: StrictInt | None = 20
+    steering_mode: QueueModeField = "one-at-a-time"
+    follow_up_mode: QueueModeField = "one-at-a-time"
+    temperature: float | None = Field(default=None, ge=0)
+    max_tokens: StrictInt | None = Field(
+        default=None, ge=1,
+        description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
+    timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds the run may take from its start before it ends with stop_reason "
+                    "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
+    metadata: Metadata = Field(default_factory=dict)
+    multitask: MultitaskField | None = Field(default=None, description=(
+        "on a thread: what the message does while the thread is busy (default enqueue)"))
+    approval: Names | Literal["all", "unsafe"] | None = Field(
+        default=None, description="tools (or toolsets) whose picks wait for approval, or a "
+        "policy: 'all' tools, or 'unsafe' ones (tools with unsafe_in channels)")
+    approval_timeout: float | None = Field(
+        default=None, gt=0, strict=True,
+        description="seconds a parked run waits; then its unanswered picks are denied")
+    client_tools: list[ClientTool] | None = Field(default=None, max_length=CLIENT_TOOLS_MAX)
+
+    def option_fields(self) -> dict[str, Any]:
+        """The options as JSON-ready data (what a run stores of them)."""
+        return self.model_dump(mode="json", include=set(RunOptions.model_fields))

@@ -1,0 +1,189 @@
+"""The one run pipeline: every door turns its wire format into a ``RunRequest`` and hands it to
+``submit``, which authorizes it, resolves the defaults, validates it and creates the run (or
+posts to the thread, creating the thread where the door asks) in one atomic store step::
+
+    POST /runs ─────────────┐
+    POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
+    POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
+    POST /ag-ui ────────────┘   submit()      └ check_timeout ─ input ─▶ create_run
+                                                                        │ post_thread_run
+    every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)
+
+A door has no check of its own: what it may not skip lives here. Errors name fields in the
+pipeline's names (``client_tools[0].name``, ``input[0].content``); ``RunRequest.rename``
+turns them into the door's (``tools[0].name`` on AG-UI).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.api.auth import Principal
+from app.api.checks import (
+    check_approval,
+    check_model,
+    check_timeout,
+    invalid,
+    normalise_input,
+    run_menu,
+    user_prompts,
+)
+from app.api.errors import ApiError
+from app.api.options import RunOptions
+from app.api.services import Services
+from app.engine.events import RunCreated, json_bytes
+from app.store.errors import ThreadNotFound
+from app.store.ids import is_thread_id, new_message_id, new_run_id, new_thread_run_id
+from app.store.records import RunRecord
+from app.store.thread_records import DEFAULT_MULTITASK, PostOutcome, ThreadPost, ThreadRecord
+from app.telemetry import metrics
+
+IDEMPOTENCY_KEY_MAX = 255
+"""Longest ``Idempotency-Key`` accepted (it becomes part of a store key)."""
+
+
+def _same(name: str) -> str:
+    return name
+
+
+@dataclass(slots=True, kw_only=True)
+class RunRequest:
+    """One request to run, in no door's wire format."""
+
+    principal: Principal
+    options: RunOptions
+    input: str | list[dict[str, Any]]
+    """A user message, or a conversation (a thread takes user messages only)."""
+    thread_id: str | None = None
+    """Post to this thread instead of starting a run of no thread."""
+    new_thread: ThreadRecord | None = None
+    """Create the thread (this record) first when it does not exist, in the same step."""
+    idempotency_key: str | None = None
+    digest_of: dict[str, Any] = field(default_factory=dict)
+    """What an ``Idempotency-Key`` repeat must match (the door's body)."""
+    rename: Callable[[str], str] = _same
+    """The door's name for a pipeline field (errors name the field as the client sent it)."""
+
+
+@dataclass(slots=True)
+class Submitted:
+    """What ``submit`` made: a run of no thread (``record``; ``created`` False for an
+    idempotent repeat) or a thread post (``outcome``)."""
+
+    run_id: str
+    record: RunRecord | None = None
+    created: bool = True
+    outcome: PostOutcome | None = None
+
+
+async def submit(svc: Services, request: RunRequest) -> Submitted:
+    """Authorize, resolve, validate and create (see the module docstring)."""
+    try:
+        return await _submit(svc, request)
+    except ApiError as exc:
+        raise exc.renamed(request.rename) from None
+
+
+async def _submit(svc: Services, request: RunRequest) -> Submitted:
+    check_idempotency_key(request.idempotency_key)
+    authorize(request)
+    options = request.options
+    model = options.model or svc.default_model
+    check_model(model, svc.resolve_provider)
+    run_menu(options, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
+             env=svc.env)
+    check_approval(options, svc.registry)
+    check_timeout(options, svc.settings.run_timeout)
+    if request.thread_id is None:
+        return await _create(svc, request, model)
+    return await _post(svc, request, request.thread_id, model)
+
+
+def authorize(request: RunRequest) -> None:
+    """What the caller may start: any run of its own tenant (the records carry the tenant,
+    and every read is scoped to it)."""
+
+
+def check_idempotency_key(key: str | None) -> None:
+    """422 for an ``Idempotency-Key`` longer than ``IDEMPOTENCY_KEY_MAX``."""
+    if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+        raise ApiError(422, "validation_error", f"Idempotency-Key: at most "
+                       f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
+
+
+def stored_request(options: RunOptions, model: str, value: Any) -> dict[str, Any]:
+    """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised)."""
+    return {**options.option_fields(), "model": model, "input": value}
+
+
+def request_hash(request: dict[str, Any]) -> str:
+    """A stable digest of a request (``Idempotency-Key`` compares these)."""
+    return hashlib.sha256(orjson.dumps(request, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _create(svc: Services, request: RunRequest, model: str) -> Submitted:
+    options, tenant = request.options, request.principal.tenant
+    if options.multitask is not None:
+        raise invalid("multitask", "only with thread_id")
+    record = RunRecord(id=new_run_id(), tenant=tenant, model=model, created_at=time.time(),
+                       metadata=dict(options.metadata),
+                       request=stored_request(options, model, normalise_input(request.input)))
+    key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
+    digest = request_hash({"tenant": tenant, "body": request.digest_of})
+    record, created = await svc.backend.create_run(record, idempotency_key=key,
+                                                   request_hash=digest,
+                                                   first_event=RunCreated(model=model))
+    if created:
+        metrics.RUNS_CREATED.inc()
+    return Submitted(run_id=record.id, record=record, created=created)
+
+
+def thread_not_found(thread_id: str) -> ApiError:
+    """404 for a missing thread (or another tenant's)."""
+    return ApiError(404, "thread_not_found", f"no thread {thread_id}")
+
+
+async def _post(svc: Services, request: RunRequest, thread_id: str, model: str) -> Submitted:
+    if not is_thread_id(thread_id):
+        raise thread_not_found(thread_id)
+    post = _thread_post(request, thread_id, model)
+    try:
+        outcome = await svc.backend.post_thread_run(thread_id, post)
+    except ThreadNotFound as exc:
+        raise thread_not_found(thread_id) from exc
+    if outcome.action == "rejected":
+        raise ApiError(409, "thread_busy", f"thread {thread_id} is busy with run "
+                       f"{outcome.run_id} (multitask: reject)", "multitask",
+                       headers={"Location": f"/runs/{outcome.run_id}"})
+    if not outcome.repeat:
+        if outcome.action in ("started", "interrupted"):
+            metrics.RUNS_CREATED.inc()
+        if outcome.in_queue:
+            kind = "steer" if outcome.action == "steered" else "follow_up"
+            metrics.QUEUE_DEPTH.labels(kind=kind).inc(len(outcome.message_ids))
+    return Submitted(run_id=outcome.run_id, outcome=outcome)
+
+
+def _thread_post(request: RunRequest, thread_id: str, model: str) -> ThreadPost:
+    """The store's ``ThreadPost``: the prompts, and the run to create if one must start."""
+    options, tenant = request.options, request.principal.tenant
+    prompts = user_prompts(request.input)
+    stored = stored_request(options, model, normalise_input(request.input))
+    stored["thread_id"] = thread_id
+    candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=model,
+                          created_at=time.time(), metadata=dict(options.metadata),
+                          request=stored)
+    digest = request_hash({"tenant": tenant, "thread": thread_id, "body": request.digest_of})
+    return ThreadPost(tenant=tenant, multitask=options.multitask or DEFAULT_MULTITASK,
+                      candidate=candidate, first_event=RunCreated(model=model),
+                      prompts=[json_bytes(m) for m in prompts],
+                      message_ids=[new_message_id() for _ in prompts],
+                      idempotency_key=request.idempotency_key, request_hash=digest,
+                      create=request.new_thread)
+

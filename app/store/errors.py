@@ -1,0 +1,57 @@
+"""What the store raises. Backends know no HTTP; the API maps each to its status::
+
+    BackendError              the store is unreachable or failed (HTTP: 503 + Retry-After)
+    ├── FencedOut             this worker's attempt is stale: stop driving the run
+    ├── IdempotencyConflict   same Idempotency-Key, different body (HTTP: 409)
+    ├── RunNotFound           no such run for this tenant (HTTP: 404)
+    ├── ThreadNotFound        no such thread for this tenant (HTTP: 404)
+    ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
+    └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
+    DecisionRefused           an answer to a parked run that cannot be taken (HTTP: 409)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class BackendError(Exception):
+    """The store failed or cannot be reached."""
+
+
+class FencedOut(BackendError):
+    """The run was claimed by another worker (its attempt is newer than ours)."""
+
+
+class IdempotencyConflict(BackendError):
+    """An ``Idempotency-Key`` was reused with a different request body."""
+
+
+class RunNotFound(BackendError):
+    """No such run (or not this tenant's)."""
+
+
+class ThreadNotFound(BackendError):
+    """No such thread (or not this tenant's)."""
+
+
+class QueueItemTaken(BackendError):
+    """The queued message was already taken by the loop."""
+
+
+class RunEnded(BackendError):
+    """The run has ended (terminal status) or its queues are closed because it is ending."""
+
+
+RefusalCode = Literal["not_waiting", "unknown_call", "already_decided"]
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be taken: ``code`` is ``not_waiting`` (the run does not wait:
+    running, ended, or woken by a cancel, steer or timeout that won), ``unknown_call`` or
+    ``already_decided``; ``call_id`` the answer refused (of several given at once)."""
+
+    def __init__(self, code: RefusalCode, message: str, call_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.call_id = call_id
