@@ -31,6 +31,7 @@ system-deps:
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # the JavaScript packages, exactly as the committed lockfiles pin them
 js-deps: $(JSSTAMPS)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole suite: lint, types, then pytest against a throw-away redis-server on a free
+# The whole suite: lint, types, the import layers (lint-imports), then pytest against a throw-away redis-server on a free
 # loopback port (unless AGENTLOOP_TEST_REDIS_URL names one). Never touches 127.0.0.1:6379.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,6 +7,7 @@ BIN=.venv/bin
 
 $BIN/ruff check .
 $BIN/mypy
+$BIN/lint-imports
 
 tmp=$(mktemp -d)
 cleanup() {

@@ -1,6 +1,7 @@
 """Declaring tools: ``from tool_registry import function``."""
 
-from tool_registry.function import FunctionTool, function
+from tool_registry.decorator import function
+from tool_registry.function import FunctionTool
 from tool_registry.policy import Menu, MenuError, build_menu
 from tool_registry.registry import (
     Registry,

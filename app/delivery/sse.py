@@ -45,12 +45,12 @@ from starlette.types import Receive, Scope, Send
 
 from app.delivery.direct import DirectSend
 from app.delivery.draining import draining
-from app.delivery.frames import PAGE, PING, chunk, run_ended
+from app.delivery.frames import PING, chunk
+from app.delivery.log_pages import PAGE, log_pages
 from app.delivery.send_deadline import SendDeadline
 from app.delivery.server_send import server_send
 from app.delivery.tap import tapped_frames
 from app.store.contract import Backend
-from app.store.errors import BackendError
 from app.store.live_feed import LiveFeeds
 from app.store.records import StoredEvent
 from app.telemetry import metrics
@@ -69,55 +69,25 @@ def retry_field(milliseconds: int) -> bytes:
     return b"retry: %d\n" % milliseconds
 
 
-async def _next_events(backend: Backend, run_id: str, after: int, poll: float,
-                       ended: bool) -> list[StoredEvent] | None:
-    """The next events after ``after`` ([] after ``poll`` s of nothing); None once the run
-    ended and its log is drained. ``ended``: the run had ended already, nothing to wait for."""
-    if ended:
-        return await backend.read_events(run_id, after, PAGE) or None
-    events = await backend.wait_events(run_id, after, poll)
-    if events:
-        return events[:PAGE]
-    if await run_ended(backend, run_id):
-        return await backend.read_events(run_id, after, PAGE) or None
-    return []
-
-
 async def event_frames(backend: Backend, run_id: str, after: int, poll: float,
                        first: list[StoredEvent] | None = None, *, ended: bool = False,
                        head: bytes = b"") -> AsyncIterator[bytes]:
     """Replay after ``after`` (starting with ``first``, the page already read, if any), then
     tail, until the run's ``agent_end``: one chunk per read, a ping when idle for ``poll`` s or
-    while the backend is unreachable. ``head`` (the ``retry:`` field) opens the first chunk;
-    ``ended``: the run had ended when the stream opened (replay what is left, never wait)."""
+    while the backend is unreachable (``log_pages``). ``head`` (the ``retry:`` field) opens the
+    first chunk; ``ended``: the run had ended when the stream opened (replay what is left,
+    never wait)."""
     metrics.SSE_SUBSCRIBERS.inc()
     try:
         if head and not first:
             yield head  # nothing to replay: the client learns ``retry`` before it waits
             head = b""
-        last = after
-        delay = 0.1
-        while True:
-            try:
-                events: list[StoredEvent] | None
-                if first:
-                    events, first = first, None
-                else:
-                    events = await _next_events(backend, run_id, last, poll, ended)
-            except BackendError as exc:
-                log.warning("event stream of %s: backend unavailable (%s); retrying", run_id,
-                            exc, extra={"run_id": run_id})
-                yield PING
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, poll)
-                continue
-            delay = 0.1
-            if events is None:
-                return
+        async for events in log_pages(backend, run_id, after, poll=poll, ended=ended,
+                                      first=first):
             if not events:
                 yield PING
                 continue
-            text, last, done = chunk(events)
+            text, _, done = chunk(events)
             yield head + text
             head = b""
             if done:

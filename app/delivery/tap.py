@@ -21,12 +21,12 @@ wake-up for an unfinished send yields ``b""`` so the response finishes it before
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 from app.delivery.direct import DirectSend
-from app.delivery.frames import PAGE, PING, chunk, run_ended
+from app.delivery.frames import PING, chunk
+from app.delivery.log_pages import PAGE, log_pages, run_ended
 from app.store.contract import Backend
 from app.store.errors import BackendError
 from app.store.live_feed import Frame, LiveFeeds, Tap
@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: int,
                         poll: float, first: list[StoredEvent] | None, head: bytes,
                         out: DirectSend | None = None) -> AsyncIterator[bytes]:
-    """See the module docstring (the arguments are ``app.delivery.sse.event_frames``'s; ``out``: the
-    response's way to send frames from the append)."""
+    """See the module docstring (the arguments are ``app.delivery.sse.event_frames``'s;
+    ``out``: the response's way to send frames from the append)."""
     metrics.SSE_SUBSCRIBERS.inc()
     tap = feeds.open(run_id, poll)
     try:
@@ -54,30 +54,19 @@ async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: 
             yield head  # nothing to replay: the client learns ``retry`` before it waits
         behind = True  # the tap holds only what came after it opened: read the log first
         following = False
-        delay = 0.1
         while True:
             if behind or tap.resync:
-                tap.resync = False
-                try:
-                    if not following:  # before the log is read: no news is missed after it
-                        await feeds.follow(run_id)
-                        following = True
-                    events = await backend.read_events(run_id, last, PAGE)
-                except BackendError as exc:
-                    log.warning("event stream of %s: backend unavailable (%s); retrying",
-                                run_id, exc, extra={"run_id": run_id})
-                    yield PING
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, poll)
-                    behind = True
-                    continue
-                delay = 0.1
-                behind = len(events) >= PAGE
-                if events:
+                tap.resync = behind = False
+                async for events in log_pages(backend, run_id, last, poll=poll, ended=True,
+                                              follow=None if following else feeds.follow):
+                    if not events:  # the store is unreachable: retried
+                        yield PING
+                        continue
                     text, last, done = chunk(events)
                     yield text
                     if done:
                         return
+                following = True  # before the log was read: no news is missed after it
                 continue
             frames = tap.take()
             if frames:
@@ -105,7 +94,7 @@ async def tapped_frames(backend: Backend, feeds: LiveFeeds, run_id: str, after: 
                 await feeds.follow(run_id)
                 ended = await run_ended(backend, run_id)
                 events = await backend.read_events(run_id, last, PAGE)
-            except BackendError:
+            except BackendError:  # the next idle wait is the retry's delay
                 yield PING
                 continue
             if events:

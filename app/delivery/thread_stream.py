@@ -15,7 +15,6 @@ has ended (a worker that died in between leaves that to a reader: ``app.api.thre
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -23,10 +22,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from app.delivery.sse import PAGE, PING, EventStreamResponse, retry_field
+from app.delivery.frames import PING
+from app.delivery.log_pages import PAGE, Backoff, log_pages
+from app.delivery.sse import EventStreamResponse, retry_field
 from app.store.contract import Backend
 from app.store.errors import BackendError
-from app.store.records import TERMINAL, StoredEvent
+from app.store.records import StoredEvent
 from app.store.threads import settled
 from app.telemetry import metrics
 
@@ -93,46 +94,41 @@ async def _at_end(backend: Backend, thread_id: str, cursor: _Cursor, poll: float
     return PING
 
 
-async def _in_run(backend: Backend, cursor: _Cursor, poll: float) -> bytes:
-    """The next events of run ``n`` (a ping after ``poll`` s of nothing)."""
-    run_id = cursor.runs[cursor.n - 1]
-    events = await backend.wait_events(run_id, cursor.seq, poll)
-    if events:
-        return _frames(cursor, events)
-    record = await backend.get_run(run_id)
-    if record is not None and record.status not in TERMINAL:
-        return PING
-    rest = await backend.read_events(run_id, cursor.seq, PAGE)
-    if rest:
-        return _frames(cursor, rest)
-    cursor.next_run()  # ended without an agent_end (never started, or expired)
-    return b""
-
-
 async def thread_frames(backend: Backend, thread_id: str, start: tuple[int, int],
                         runs: list[str], poll: float, head: bytes) -> AsyncIterator[bytes]:
-    """The thread's events after ``start`` (``(n, seq)``), live, until the thread is gone."""
+    """The thread's events after ``start`` (``(n, seq)``), live, until the thread is gone:
+    each run's log through ``log_pages`` (store outages ridden out alike), then a wait for
+    the thread's next run."""
     metrics.SSE_SUBSCRIBERS.inc()
     cursor = _Cursor(*start, runs=runs)
-    delay = 0.1
+    backoff = Backoff(poll)
     try:
         yield head
         while True:
-            try:
-                if cursor.n > len(cursor.runs):
-                    chunk = await _at_end(backend, thread_id, cursor, poll)
-                    if chunk is None:
-                        return
+            if cursor.n <= len(cursor.runs):
+                n = cursor.n
+                async for events in log_pages(backend, cursor.runs[n - 1], cursor.seq,
+                                              poll=poll):
+                    if not events:
+                        yield PING
+                        continue
+                    yield _frames(cursor, events)
+                    if cursor.n != n:  # its agent_end: on to the next run
+                        break
                 else:
-                    chunk = await _in_run(backend, cursor, poll)
+                    cursor.next_run()  # ended without an agent_end (never started, expired)
+                continue
+            try:
+                chunk = await _at_end(backend, thread_id, cursor, poll)
             except BackendError as exc:
                 log.warning("event stream of thread %s: backend unavailable (%s); retrying",
                             thread_id, exc)
                 yield PING
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, poll)
+                await backoff.wait()
                 continue
-            delay = 0.1
+            backoff.reset()
+            if chunk is None:
+                return
             if chunk:
                 yield chunk
     finally:

@@ -18,17 +18,17 @@ frames of events at or before ``after`` are dropped.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import orjson
 
-from app.delivery.sse import PAGE, PING
+from app.delivery.frames import PING
+from app.delivery.log_pages import log_pages
 from app.store.contract import Backend
 from app.store.errors import BackendError
-from app.store.records import TERMINAL, StoredEvent
+from app.store.records import StoredEvent
 from app.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -66,39 +66,6 @@ def ends_run(event: dict[str, Any]) -> bool:
     return event.get("type") == "agent_end" and not event.get("depth")
 
 
-async def _page(backend: Backend, run_id: str, last: int, poll: float) -> list[StoredEvent] | None:
-    """Events after ``last`` ([] after ``poll`` s of nothing; None once the run has ended and
-    its log is drained)."""
-    events = await backend.wait_events(run_id, last, poll)
-    if events:
-        return events[:PAGE]
-    record = await backend.get_run(run_id)
-    if record is None or record.status in TERMINAL:
-        return await backend.read_events(run_id, last, PAGE) or None
-    return []
-
-
-async def _pages(backend: Backend, run_id: str, poll: float) -> AsyncIterator[list[StoredEvent]]:
-    """Pages of the log from seq 1 ([] when idle), riding out store outages."""
-    last, delay = 0, 0.1
-    while True:
-        try:
-            events = await _page(backend, run_id, last, poll)
-        except BackendError as exc:
-            log.warning("projected stream of %s: backend unavailable (%s); retrying", run_id,
-                        exc, extra={"run_id": run_id})
-            yield []
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, poll)
-            continue
-        delay = 0.1
-        if events is None:
-            return
-        if events:
-            last = events[-1].seq
-        yield events
-
-
 async def projected_frames(backend: Backend, run_id: str, projector: Projector, *,
                            after: int = 0, poll: float = 5.0,
                            cancel_on_disconnect: bool = False) -> AsyncIterator[bytes]:
@@ -106,7 +73,7 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
     finished, last = False, 0
     metrics.SSE_SUBSCRIBERS.inc()
     try:
-        async for events in _pages(backend, run_id, poll):
+        async for events in log_pages(backend, run_id, 0, poll=poll):
             if not events:
                 if await _parked_for_client(backend, run_id, projector, last):
                     finished = True

@@ -37,9 +37,8 @@ from app.engine.events import (
     ToolExecutionStart,
     TurnEnd,
 )
-from app.engine.resume import closer, ended_fields, lost_reply, stored_events
+from app.engine.resume import EventLog, closer, ended_fields, lost_reply, stored_events
 from app.engine.resume_point import Resume
-from app.store.contract import Backend
 from providers.messages import (
     AssistantMessage,
     Message,
@@ -240,7 +239,7 @@ def _track_span(spans: list[dict[str, Any]], event: dict[str, Any]) -> None:
             return
 
 
-async def read_replay(backend: Backend, run_id: str, waiting: list[WaitingCall],
+async def read_replay(backend: EventLog, run_id: str, waiting: list[WaitingCall],
                       page: int = 1000) -> Replay:
     """Scan the run's whole log (a woken run whose nested loops parked)."""
     return scan([e async for e in stored_events(backend, run_id, page)], waiting)

@@ -17,15 +17,34 @@ has already counted.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from app.engine.events import AgentEnd, Event, MessageEnd, ToolExecutionEnd, TurnEnd
-from app.store.contract import Backend
 from providers.messages import AssistantMessage, Message, Usage, message_adapter
+
+
+class StoredEventLike(Protocol):
+    """One stored event as a log hands it out (``app.store.records.StoredEvent``)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+
+class EventLog(Protocol):
+    """What the engine reads of a run's stored log (the store's ``EventLog`` has it)."""
+
+    async def read_events(self, run_id: str, after: int,
+                          limit: int = 1000) -> Sequence[StoredEventLike]:
+        """Events with ``seq > after``, oldest first, at most ``limit``."""
+        ...
+
 
 WORKER_LOST = "The worker running this was lost; the run resumed on another worker."
 TOOL_LOST = ("Tool execution interrupted: the worker running it was lost. The call runs again "
@@ -54,7 +73,7 @@ class LogState:
         return [c for span in reversed(self.open_spans) if (c := closer(span)) is not None]
 
 
-async def read_log_state(backend: Backend, run_id: str, page: int = 1000) -> LogState:
+async def read_log_state(backend: EventLog, run_id: str, page: int = 1000) -> LogState:
     """Scan the run's whole log, a page at a time (only when a run is resumed)."""
     state = LogState()
     async for event in stored_events(backend, run_id, page):
@@ -62,7 +81,7 @@ async def read_log_state(backend: Backend, run_id: str, page: int = 1000) -> Log
     return state
 
 
-async def stored_events(backend: Backend, run_id: str, page: int = 1000
+async def stored_events(backend: EventLog, run_id: str, page: int = 1000
                         ) -> AsyncIterator[dict[str, Any]]:
     """The run's whole log, oldest first, decoded, read a page at a time."""
     after = 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.engine.events import Event, MessageEnd, MessageStart, MessageUpdate
-from app.engine.tool_exec import base_exception_text, stopping_for_real
+from app.engine.failures import base_exception_text, stopping_for_real
 from providers.accumulate import Accumulator
 from providers.base import ModelRequest, Provider
 from providers.events import (

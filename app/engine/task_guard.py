@@ -20,7 +20,8 @@ import asyncio
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
 
-from app.engine.tool_exec import base_exception_text, current_scope
+from app.engine.failures import base_exception_text
+from app.engine.tool_exec import current_scope
 
 T = TypeVar("T")
 

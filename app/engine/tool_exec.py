@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from app.engine.failures import base_exception_text, stopping_for_real
 from providers.messages import ImageContent, TextContent, ToolCall
 from tool_registry import ArgumentError, Menu, ToolContext, ToolResult
 from tool_registry.registry import AnyTool
@@ -125,20 +126,3 @@ async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_time
                                f"{base_exception_text(exc)}", is_error=True)
     result.content = cap_content(result.content, max_chars)
     return result
-
-
-def stopping_for_real(exc: BaseException) -> bool:
-    """Whether ``exc`` must propagate: a ``GeneratorExit`` thrown into this coroutine because
-    it is being closed (no task is running it) — anything else from user code is a failure."""
-    if not isinstance(exc, GeneratorExit):
-        return False
-    try:
-        return asyncio.current_task() is None
-    except RuntimeError:  # no running loop: the coroutine is being garbage-collected
-        return True
-
-
-def base_exception_text(exc: BaseException) -> str:
-    """``SystemExit(2)`` etc. as a sentence fragment the model can read."""
-    detail = f" ({exc})" if str(exc) else ""
-    return f"{type(exc).__name__}{detail} (the service caught it; the run goes on)"

@@ -1,1 +1,3 @@
-"""TODO"""
+"""A process of the service: the ``agentloop`` command (``cli``), the ASGI app and its
+lifespan (``main``), the shared resources (``services``, ``setup``), health checks
+(``liveness``)."""

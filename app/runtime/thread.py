@@ -21,8 +21,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from app import runtime
 from app.engine.queues import ListQueue, QueuedMessage
+from app.runtime import calls
 from app.runtime.calls import ExecResult
 from app.store.thread_records import Multitask
 from providers.messages import Message, UserMessage
@@ -97,7 +97,7 @@ class Thread:
         first, *rest = run.prompts
         run.steering._items.extendleft(reversed(rest))  # taken before the first model call
         try:
-            result = await runtime.exec(first.message, messages=list(self.messages),
+            result = await calls.exec(first.message, messages=list(self.messages),
                                         steering=run.steering, follow_up=run.follow_up,
                                         abort=run.abort, **self.options)
         except Exception as exc:

@@ -1,7 +1,8 @@
-"""Storage backends behind one protocol (``base.Backend``): ``memory`` and ``redis``.
+"""The store: the contract (``contract``: small protocols, ``Backend`` is all of them), its
+records and errors, and two backends, ``memory`` and ``redis``.
 
 ``make_backend(None)`` is the in-process default; a Redis URL selects the Redis backend (only
-``app/backends/redis*.py`` import ``redis``). Settings: ``lease`` (seconds a claim lasts without
+``app/store/redis/`` imports ``redis``). Settings: ``lease`` (seconds a claim lasts without
 a heartbeat of its worker, default 5), ``run_ttl`` (seconds a finished run is kept, default 7
 days) and, for Redis, ``connect_timeout`` and ``cluster`` (the URL names seed nodes of a Redis
 Cluster).

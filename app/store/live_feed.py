@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
-from app.delivery.frames import ends_stream, frame
+import orjson
+
 from app.store.records import StoredEvent
 
 MAX_PENDING = 1000
@@ -35,6 +36,19 @@ MAX_PENDING = 1000
 client); past it they are dropped and it reads the log instead, as without a tap."""
 Frame = tuple[int, bytes, bool]
 """(seq, the SSE frame, whether it ends the stream: the run's own ``agent_end``)."""
+
+
+
+def frame(event: StoredEvent) -> bytes:
+    """One SSE frame; the stored JSON never holds a raw newline (orjson escapes them)."""
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, event.type.encode(), event.data)
+
+
+def ends_stream(event: StoredEvent) -> bool:
+    """``agent_end`` of the run's own loop (nested loops end with depth > 0)."""
+    if event.type != "agent_end":
+        return False
+    return int(orjson.loads(event.data).get("depth", 0)) == 0
 
 
 class Tap:

@@ -204,3 +204,60 @@ async def test_malformed_dialect_payloads_are_4xx_and_keep_the_connection(
     assert orjson.loads(raw)["error"]["field"].startswith(name), raw[:300]
     assert again == 200
     assert not (await api.client.get("/threads")).json()["threads"]  # no thread left behind
+
+
+async def _parked_chat(api: Api, chat: str, post_first: Any) -> str:
+    """The id of the chat's run once it waits for the client tool ``ask`` (call ``c1``)."""
+    api.fake.script = [fake.tool_calls(("ask", {"q": "x"}, "c1")), fake.text("thanks")]
+    assert (await post_first()).status_code == 200
+    runs = (await api.client.get("/runs", params={"metadata.chat_id": chat})).json()["runs"]
+    await api.wait_status(runs[0]["id"], "requires_action")
+    return str(runs[0]["id"])
+
+
+async def _still_waiting(api: Api, run_id: str) -> None:
+    run = await api.get(run_id)
+    assert run["status"] == "requires_action" and run["pending"][0]["decided"] is False
+
+
+async def test_ai_sdk_answers_of_one_message_are_taken_all_or_none(api: Api) -> None:
+    user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
+    tools = [{"name": "ask", "parameters": SCHEMA}]
+    run_id = await _parked_chat(api, "c-answers", lambda: api.client.post("/ai-sdk/chat", json={
+        "id": "c-answers", "client_tools": tools, "messages": [user]}))
+    part = {"type": "tool-ask", "toolCallId": "c1", "state": "output-available",
+            "input": {"q": "x"}, "output": "42"}
+
+    def answer(*parts: dict[str, Any]) -> Any:
+        return api.client.post("/ai-sdk/chat", json={"id": "c-answers", "messages": [
+            user, {"id": "a1", "role": "assistant", "parts": list(parts)}]})
+
+    twice = await answer(part, {**part, "output": "43"})
+    assert twice.status_code == 422, twice.text
+    assert twice.json()["error"]["field"] == "messages[1].parts[1]"
+    await _still_waiting(api, run_id)
+    assert (await answer(part)).status_code == 200
+    done = await api.wait_status(run_id, "completed")
+    assert done["result"] == "thanks"
+
+
+async def test_ag_ui_answers_of_one_input_are_taken_all_or_none(api: Api) -> None:
+    user = {"id": "u1", "role": "user", "content": "hi"}
+    tools = [{"name": "ask", "description": "", "parameters": SCHEMA}]
+
+    def run_agent(*messages: dict[str, Any]) -> Any:
+        return api.client.post("/ag-ui", json={
+            "threadId": "t-answers", "runId": "r1", "state": {}, "context": [], "tools": tools,
+            "messages": list(messages), "forwardedProps": {}})
+
+    run_id = await _parked_chat(api, "t-answers", lambda: run_agent(user))
+    call = {"id": "a1", "role": "assistant", "toolCalls": [
+        {"id": "c1", "type": "function", "function": {"name": "ask", "arguments": "{}"}}]}
+    result = {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "42"}
+    twice = await run_agent(user, call, result, {**result, "id": "t2", "content": "43"})
+    assert twice.status_code == 422, twice.text
+    assert twice.json()["error"]["field"] == "messages[3]"
+    await _still_waiting(api, run_id)
+    assert (await run_agent(user, call, result)).status_code == 200
+    done = await api.wait_status(run_id, "completed")
+    assert done["result"] == "thanks"

@@ -106,6 +106,46 @@ async def test_expire_due_wakes_only_runs_past_their_deadline(backend: Backend) 
         assert record is not None and record.status == "requires_action"
 
 
+
+async def test_answers_given_together_are_taken_all_or_none(backend: Backend) -> None:
+    run_id = await parked_run(backend)
+    for bad, code in (("zz", "unknown_call"), ("c1", "already_decided")):
+        with pytest.raises(DecisionRefused) as refused:  # the second is refused: neither lands
+            await backend.decide(run_id, [Answer("c1", {"kind": "approve"}, event("c1")),
+                                          Answer(bad, {"kind": "deny"}, event(bad))])
+        assert (refused.value.code, refused.value.call_id) == (code, bad)
+        state = await backend.parked_state(run_id)
+        assert state is not None and state.decisions == {}
+        assert await decided_events(backend, run_id) == []
+    both = [Answer("c1", {"kind": "approve"}, event("c1")),
+            Answer("c2", {"kind": "deny"}, event("c2"))]
+    assert await backend.decide(run_id, both) is True  # the last answers: woken
+    assert await decided_events(backend, run_id) == ["c1", "c2"]
+    events = await backend.read_events(run_id, 0)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    [claim] = await backend.claim_many("w", 5.0, 1)
+    assert claim.run_id == run_id
+
+
+async def test_a_cancel_or_a_steer_wakes_a_parked_run_in_the_same_step(backend: Backend) -> None:
+    for n, act in enumerate(("cancel", "steer", "follow_up")):
+        run_id = await parked_run(backend, n)
+        if act == "cancel":
+            await backend.request_cancel(run_id)
+        else:
+            await backend.enqueue(run_id, act, QueuedMessage(  # type: ignore[arg-type]
+                id=f"m{n}", message=UserMessage(content="x")))
+        record = await backend.get_run(run_id)
+        assert record is not None
+        if act == "follow_up":  # a follow-up waits for the loop's end: the run keeps waiting
+            assert record.status == "requires_action"
+            assert await backend.claim_many("w", 0.05, 5) == []
+            continue
+        assert record.status == "queued" and record.cancel_requested == (act == "cancel")
+        [claim] = await backend.claim_many("w", 5.0, 1)  # dispatched, exactly once
+        assert claim.run_id == run_id
+        await backend.finish(run_id, claim.attempt)
+
 async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
     """One trial: the last answer against ``rival``; (answer won, rival woke the run)."""
     run_id = await parked_run(backend, n, deadline=time.time() - 1 if rival == "timeout"

@@ -1,4 +1,5 @@
-"""Real worker processes (``python -m app.worker``) for crash tests."""
+"""Real worker processes (``python -m app.process.cli worker``: ``agentloop worker``) for crash
+tests."""
 
 from __future__ import annotations
 
@@ -30,17 +31,21 @@ def worker_env(redis_url: str, name: str, marks: Path, *, lease: float | None = 
             "PYTHONPATH": str(ROOT)}
 
 
+WORKER = [sys.executable, "-m", "app.process.cli", "worker"]
+"""The command of a worker process (``agentloop worker``)."""
+
+
 def spawn_worker(redis_url: str, name: str, marks: Path, *, lease: float | None = 3.0,
                  nap: float = 2.0, log: Path | None = None,
                  extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A worker process; its stderr (the log) goes to ``log`` when given."""
     env = {**worker_env(redis_url, name, marks, lease=lease, nap=nap), **(extra_env or {})}
     if log is None:
-        return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=None)
+        return subprocess.Popen(WORKER, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=None)
     with log.open("wb") as sink:
-        return subprocess.Popen([sys.executable, "-m", "app.worker"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=sink)
+        return subprocess.Popen(WORKER, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                stderr=sink)
 
 
 async def wait_consumer(redis_url: str, name: str, timeout_s: float = 10) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tool_registry.function import function
+from tool_registry.decorator import function
 from tool_registry.types import ToolContext, ToolResult
 
 MAX_MATCHES = 5

@@ -1,1 +1,1 @@
-"""TODO"""
+"""The in-process backend (``MemoryBackend``): its parts over one state (``core``)."""

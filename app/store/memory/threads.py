@@ -1,4 +1,4 @@
-"""Threads for the in-process backend (a mixin of ``MemoryBackend``).
+"""Threads for the in-process backend (a part of ``MemoryBackend``).
 
 Each operation runs without an ``await`` between its reads and writes, so on one event loop it
 is as atomic as the Redis backend's scripts. A thread's history and run inputs are JSON bytes.

@@ -1,4 +1,4 @@
-"""The steering and follow-up queues of a run on Redis (mixed into ``RedisBackend``): each
+"""The steering and follow-up queues of a run on Redis (a part of ``RedisBackend``): each
 change is one script on the run's keys (the run's hash tag), fenced where the run's worker
 makes it, with its ``message_queued``/``message_withdrawn`` event written in the same script."""
 

@@ -1,4 +1,4 @@
-"""Threads for the Redis backend (a mixin of ``RedisBackend``).
+"""Threads for the Redis backend (a part of ``RedisBackend``).
 
 Each change is one script of ``redis_thread_scripts`` on the thread's slot. The scripts take
 the ids of the thread's active and waiting runs as expected values (every key they touch is
