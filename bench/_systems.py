@@ -1,8 +1,8 @@
 """How each benchmarked system is installed and started against the fake LLM.
 
-- ``agentloop`` / ``agentloop-redis``: this checkout, ``agentloop serve`` (or uvicorn on
-  ``app.process.main:app_factory`` while the console script is missing), the memory backend
-  or a throw-away redis-server whose CPU and memory count as the system's.
+- ``agentloop`` / ``agentloop-redis``: this checkout, ``agentloop serve`` (its CLI module run
+  directly), the memory backend or a throw-away redis-server whose CPU and memory count as
+  the system's.
 - ``langgraph``: LangGraph Server (``langgraph dev``, in-memory runtime) in its own virtualenv
   under bench/.peer/, serving bench/peer_langgraph/agent.py (the prebuilt ReAct agent).
 """
@@ -65,14 +65,17 @@ def peer_versions() -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in out.split(";"))
 
 
-def agentloop_argv(port: int) -> list[str]:
-    """The console script when the CLI module exists, else uvicorn on the app factory."""
-    script = ROOT / ".venv" / "bin" / "agentloop"
-    if script.exists() and (ROOT / "app" / "cli.py").exists():
-        return [str(script), "serve", "--host", "127.0.0.1", "--port", str(port)]
-    return [sys.executable, "-m", "uvicorn", "--factory", "app.process.main:app_factory", "--host",
-            "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
-            "--log-level", "warning", "--no-access-log"]
+def agentloop_argv(port: int, root: Path = ROOT) -> list[str]:
+    """``agentloop serve`` of the tree at ``root`` (its CLI module run directly, so a checkout
+    from before the packages moved serves too), else uvicorn on its app factory."""
+    for cli in ("app/process/cli.py", "app/cli.py"):
+        if (root / cli).exists():
+            module = cli.removesuffix(".py").replace("/", ".")
+            return [sys.executable, "-m", module, "serve", "--host", "127.0.0.1", "--port",
+                    str(port)]
+    return [sys.executable, "-m", "uvicorn", "--factory", "app.process.main:app_factory",
+            "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http",
+            "httptools", "--log-level", "warning", "--no-access-log"]
 
 
 def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
@@ -90,7 +93,7 @@ def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
     env |= extra_env or {}
     port = free_port()
-    proc = start(name, agentloop_argv(port), port, env=env, cwd=root)
+    proc = start(name, agentloop_argv(port, root), port, env=env, cwd=root)
     if redis_proc is not None:
         proc.extra.append(redis_proc)
     try:

@@ -13,30 +13,19 @@ of calls the run does not wait for (server tools that already ran) are left alon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
-from app.api.control import AnswerKind
+from app.api.control import AnswerIn
 from app.api.errors import ApiError
 from app.engine.approvals import Decision
 from providers.messages import TextContent
 
 
-@dataclass(slots=True, frozen=True)
-class Answer:
-    """One waiting call's answer from a UI message part."""
-
-    tool_call_id: str
-    kind: AnswerKind
-    decision: Decision
-    field: str
-    """The part it came from (``messages[3].parts[1]``)."""
-
-
-def answers(message: dict[str, Any], field: str) -> list[Answer]:
-    """The answers in the last (assistant) UI message; 422 naming ``field`` if it has none."""
+def answers(message: dict[str, Any], field: str) -> list[AnswerIn]:
+    """The answers in the last (assistant) UI message, each naming the part it came from
+    (``messages[3].parts[1]``); 422 naming ``field`` if it has none."""
     found = [a for j, part in enumerate(message.get("parts") or [])
              if (a := _answer(part, f"{field}.parts[{j}]")) is not None]
     if not found:
@@ -46,7 +35,7 @@ def answers(message: dict[str, Any], field: str) -> list[Answer]:
     return found
 
 
-def _answer(part: Any, field: str) -> Answer | None:
+def _answer(part: Any, field: str) -> AnswerIn | None:
     if not isinstance(part, dict) or not str(part.get("type", "")).startswith(
             ("tool-", "dynamic-tool")):
         return None
@@ -56,12 +45,12 @@ def _answer(part: Any, field: str) -> Answer | None:
         reason = approval.get("reason")
         kind: Literal["approve", "deny"] = "approve" if approval.get("approved") is True \
             else "deny"
-        return Answer(call_id, "approval", Decision(
+        return AnswerIn(call_id, "approval", Decision(
             kind=kind, reason=str(reason) if reason is not None else None), field)
     if state in ("output-available", "output-error") and not isinstance(approval, dict):
         failed = state == "output-error"
         text = str(part.get("errorText")) if failed else _text(part.get("output"))
-        return Answer(call_id, "client_tool", Decision(
+        return AnswerIn(call_id, "client_tool", Decision(
             kind="result", content=[TextContent(text=text)], is_error=failed), field)
     return None
 

@@ -21,7 +21,6 @@ from sse_starlette import EventSourceResponse
 
 from app.api import control
 from app.api.auth import Principal
-from app.api.control import AnswerIn
 from app.api.errors import ApiError, documented
 from app.api.pipeline import submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
@@ -71,8 +70,7 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
     if not taken:
         raise ApiError(409, "unknown_call", "the last message answers no call the run waits "
                        "for", "messages")
-    await control.answer(svc, who, record.id, [
-        AnswerIn(a.tool_call_id, a.kind, a.decision, a.field) for a in taken])
+    await control.answer(svc, who, record.id, taken)
     meta = {"run_id": record.id, "events_url": f"/runs/{record.id}/events"}
     head = chunk_frame(record.last_seq, {"type": "start", "messageId": record.id,
                                          "messageMetadata": meta})
