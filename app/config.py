@@ -20,6 +20,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
+_WINDOWS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 
 
 def _split(value: str) -> list[str]:
@@ -45,6 +46,26 @@ class Settings(BaseSettings):
     api_keys_file: Path | None = None
     stream_token_secret: str | None = None
     stream_token_ttl: int = Field(default=900, ge=1)
+    jwt_jwks_url: str | None = None
+    """An identity provider's key set (JWKS): its JWTs are end users' credentials."""
+    jwt_secret: str | None = None
+    """The shared secret an identity provider signs its JWTs with (HS256/384/512)."""
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_tenant: str = "default"
+    """The tenant of every JWT's end user, unless ``jwt_tenant_claim`` names a claim."""
+    jwt_tenant_claim: str | None = None
+    jwt_agents_claim: str = "agents"
+    """The claim listing the agents a JWT's end user may start (absent: every agent)."""
+    jwt_jwks_refetch_seconds: float = Field(default=1.0, ge=0)
+    """Least seconds between two key-set fetches for a key id the cached set lacks (a
+    rotation at the provider is picked up at once, a flood of unknown ids costs at most one
+    fetch per interval)."""
+    subject_rate: str = ""
+    """Requests one end user may make per window, e.g. ``60/minute`` (``second``, ``minute``,
+    ``hour``); empty: no limit. Answered ``429`` with ``Retry-After`` beyond."""
+    agents_file: Path | None = None
+    """A YAML or JSON file of agents (``{"agents": [...]}``) every tenant may run."""
     cors_origins: str = ""
     max_body_bytes: int = Field(default=MiB, ge=1)
     run_ttl: int = Field(default=7 * 24 * 3600, ge=60)
@@ -120,6 +141,17 @@ class Settings(BaseSettings):
             return 0
         return value
 
+    @field_validator("subject_rate")
+    @classmethod
+    def _rate_is_n_per_window(cls, value: str) -> str:
+        if value.strip():
+            count, _, window = value.strip().partition("/")
+            if not count.strip().isdigit() or int(count) < 1 or \
+                    window.strip().lower() not in _WINDOWS:
+                raise ValueError("AGENTLOOP_SUBJECT_RATE looks like 60/minute (second, minute "
+                                 "or hour)")
+        return value
+
     @field_validator("openai_profiles")
     @classmethod
     def _profiles_are_json(cls, value: str) -> str:
@@ -142,6 +174,13 @@ class Settings(BaseSettings):
                 raise ValueError("API keys must look like 'key:tenant'")
             out[key] = tenant
         return out
+
+    def subject_rate_limit(self) -> tuple[int, float] | None:
+        """``(requests, window seconds)`` of ``subject_rate``; None when unset."""
+        if not self.subject_rate.strip():
+            return None
+        count, _, window = self.subject_rate.strip().partition("/")
+        return int(count), _WINDOWS[window.strip().lower()]
 
     def cors_origin_list(self) -> list[str]:
         """Allowed CORS origins (``*`` allowed)."""

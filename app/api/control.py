@@ -58,14 +58,14 @@ async def load_thread(svc: Services, principal: Principal, thread_id: str) -> Th
     if not is_thread_id(thread_id):
         raise thread_not_found(thread_id)
     record = await svc.backend.get_thread(thread_id)
-    if record is None or record.tenant != principal.tenant:
+    if record is None or not principal.sees(record.tenant, record.owner, thread_id):
         raise thread_not_found(thread_id)
     return await settled(svc.backend, record)
 
 
 async def cancel(svc: Services, principal: Principal, run_id: str) -> RunRecord:
     """Abort the run (idempotent; a no-op once it has ended); a parked run is woken to end."""
-    record = await load_run(svc.backend, run_id, principal.tenant)
+    record = await load_run(svc.backend, run_id, principal)
     if record.status not in TERMINAL:
         with bind(run_id=run_id, tenant=principal.tenant):
             await svc.backend.request_cancel(run_id)
@@ -82,7 +82,7 @@ async def enqueue(svc: Services, principal: Principal, run_id: str, kind: QueueK
                   content: str | list[dict[str, Any]]) -> tuple[str, int]:
     """Queue a steering or follow-up message: ``(message id, position)``. A steer wakes a
     parked run (its picks are skipped); 409 ``run_ended`` once the run ends or is ending."""
-    record = await load_run(svc.backend, run_id, principal.tenant)
+    record = await load_run(svc.backend, run_id, principal)
     if record.status in TERMINAL:
         raise run_ended(run_id)
     item = QueuedMessage(id=new_message_id(), message=user_message(content))
@@ -100,7 +100,7 @@ async def answer(svc: Services, principal: Principal, run_id: str,
     """Record the answers to a parked run's picks, all or none (409 ``not_waiting``,
     ``unknown_call``, ``wrong_kind``, ``already_decided``; 422 for edited arguments the tool
     refuses or two answers to one call). The last answer wakes the run."""
-    record = await load_run(svc.backend, run_id, principal.tenant)
+    record = await load_run(svc.backend, run_id, principal)
     if record.status != REQUIRES_ACTION:
         raise ApiError(409, "not_waiting", f"run {run_id} is {record.status}, not waiting "
                        "for a decision")
@@ -129,7 +129,7 @@ async def answer(svc: Services, principal: Principal, run_id: str,
             fields = {a.tool_call_id: a.field for a in answers}
             raise ApiError(409, exc.code, str(exc),
                            fields.get(exc.call_id or "", "tool_call_id")) from exc
-    return await load_run(svc.backend, run_id, principal.tenant)
+    return await load_run(svc.backend, run_id, principal)
 
 
 def _waiting_call(calls: dict[str, dict[str, Any]], given: AnswerIn) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def _validate_arguments(svc: Services, record: RunRecord, tool_name: str,
 async def withdraw(svc: Services, principal: Principal, run_id: str, message_id: str) -> None:
     """Withdraw a queued message the loop has not taken (404 ``message_not_found``, 409
     ``message_taken`` / ``run_ended``)."""
-    await load_run(svc.backend, run_id, principal.tenant)
+    await load_run(svc.backend, run_id, principal)
     try:
         kind = await svc.backend.withdraw(run_id, message_id)
     except RunNotFound as exc:

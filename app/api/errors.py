@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 409: "conflict", 413: "body_too_large",
-               415: "unsupported_media_type", 422: "validation_error",
+               415: "unsupported_media_type", 422: "validation_error", 429: "rate_limited",
                503: "backend_unavailable"}
 
 
@@ -69,12 +69,19 @@ _DOC = {400: "malformed JSON, or an unknown model, tool or toolset",
         401: "missing or invalid API key", 404: "no such run (or another tenant's)",
         409: "conflict (idempotency key, ended run, message taken)",
         413: "request body too large", 415: "request body is not application/json",
-        422: "a field of the wrong shape", 503: "the run store is unavailable (Retry-After)"}
+        422: "a field of the wrong shape",
+        429: "an end user's request rate was passed (Retry-After)",
+        403: "an end user may not do this (a field its agent locks, an agent or admin route "
+             "it was not granted)",
+        503: "the run store is unavailable (Retry-After)"}
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for error statuses, each with the API.md error body (this also
-    replaces FastAPI's default 422 schema, which is not the body this app sends)."""
+    replaces FastAPI's default 422 schema, which is not the body this app sends); a route
+    that authenticates (401) may also be an end user's 429."""
+    if 401 in statuses:
+        statuses = (*statuses, 429)
     return {status: {"model": ErrorBody, "description": _DOC[status]} for status in statuses}
 
 

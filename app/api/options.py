@@ -77,6 +77,10 @@ class ClientTool(BaseModel):
         description="JSON Schema of the arguments (an object schema)")
 
 
+AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
+
+
 class RunOptions(BaseModel):
     """How a run runs: the fields every door takes (see the module docstring)."""
 
@@ -117,4 +121,12 @@ class RunOptions(BaseModel):
 
     def option_fields(self) -> dict[str, Any]:
         """The options as JSON-ready data (what a run stores of them)."""
-        return self.model_dump(mode="json", include=set(RunOptions.model_fields))
+        return self.model_dump(mode="json", include=set(OPTION_NAMES))
+
+    def options_set(self) -> frozenset[str]:
+        """The run options the caller set (not left to their defaults)."""
+        return frozenset(self.model_fields_set) & OPTION_NAMES
+
+
+OPTION_NAMES = frozenset(RunOptions.model_fields)
+"""The run options' names."""

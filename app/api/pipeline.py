@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from app.api import agents
 from app.api.auth import Principal
 from app.api.checks import (
     check_approval,
@@ -69,6 +70,12 @@ class RunRequest:
     """What an ``Idempotency-Key`` repeat must match (the door's body)."""
     rename: Callable[[str], str] = _same
     """The door's name for a pipeline field (errors name the field as the client sent it)."""
+    agent: str | None = None
+    """The agent to run (``app.api.agents``); an end user's default when its token grants
+    exactly one."""
+    set_fields: frozenset[str] = frozenset()
+    """The run options the caller set (an agent may lock them), as against defaults and what
+    the door adds of its own (a chat's metadata)."""
 
 
 @dataclass(slots=True)
@@ -93,21 +100,76 @@ async def submit(svc: Services, request: RunRequest) -> Submitted:
 async def _submit(svc: Services, request: RunRequest) -> Submitted:
     check_idempotency_key(request.idempotency_key)
     authorize(request)
+    agent = await agent_of(svc, request)
     options = request.options
+    if agent is not None:
+        options = agents.apply(agent, options, request.set_fields)
+    model = check_run_options(svc, options)
+    run = _Run(options=options, model=model, agent=agent)
+    if request.thread_id is None:
+        return await _create(svc, request, run)
+    return await _post(svc, request, request.thread_id, run)
+
+
+@dataclass(slots=True, frozen=True)
+class _Run:
+    """What the checks settled: the options, the model and the agent of the run."""
+
+    options: RunOptions
+    model: str
+    agent: agents.ResolvedAgent | None
+
+    def stored(self, value: Any) -> dict[str, Any]:
+        """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised,
+        the agent's name and version recorded)."""
+        request = {**self.options.option_fields(), "model": self.model, "input": value}
+        if self.agent is not None:
+            request.update(agent=self.agent.spec.name, agent_version=self.agent.version)
+        return request
+
+
+def check_run_options(svc: Services, options: RunOptions) -> str:
+    """The model of ``options`` once they are checked (a request's, or an agent's own):
+    the model, the menu, ``tool_choice``, client tools, approval names, the timeout."""
     model = options.model or svc.default_model
     check_model(model, svc.resolve_provider)
     run_menu(options, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
              env=svc.env)
     check_approval(options, svc.registry)
     check_timeout(options, svc.settings.run_timeout)
-    if request.thread_id is None:
-        return await _create(svc, request, model)
-    return await _post(svc, request, request.thread_id, model)
+    return model
 
 
 def authorize(request: RunRequest) -> None:
-    """What the caller may start: any run of its own tenant (the records carry the tenant,
-    and every read is scoped to it)."""
+    """What the caller may start: a run of its own tenant (the records carry the tenant and
+    owner, and every read is scoped to them); an end user whose token lists threads, only a
+    post to one of them."""
+    who = request.principal
+    if who.threads is not None and request.thread_id not in who.threads:
+        raise ApiError(403, "forbidden", "thread_id: this token may post only to the threads "
+                       "it lists", "thread_id")
+
+
+async def agent_of(svc: Services, request: RunRequest) -> agents.ResolvedAgent | None:
+    """The agent the request runs: the one it names, an end user's only granted one, or none
+    (the tenant's key may run without); 422/403/404 naming ``agent`` otherwise."""
+    who, name = request.principal, request.agent
+    if who.end_user:
+        granted = who.agents
+        if name is None and granted is not None and len(granted) == 1:
+            name = next(iter(granted))
+        if name is None:
+            choices = f" (one of: {', '.join(sorted(granted))})" if granted else ""
+            raise invalid("agent", f"an end user's request names the agent it runs{choices}")
+        if granted is not None and name not in granted:
+            raise ApiError(403, "agent_not_granted", f"agent: this token may not start agent "
+                           f"{name!r}", "agent")
+    if name is None:
+        return None
+    agent = await svc.agents.get(who.tenant, name)
+    if agent is None:
+        raise agents.agent_not_found(name)
+    return agent
 
 
 def check_idempotency_key(key: str | None) -> None:
@@ -117,28 +179,23 @@ def check_idempotency_key(key: str | None) -> None:
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
 
 
-def stored_request(options: RunOptions, model: str, value: Any) -> dict[str, Any]:
-    """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised)."""
-    return {**options.option_fields(), "model": model, "input": value}
-
-
 def request_hash(request: dict[str, Any]) -> str:
     """A stable digest of a request (``Idempotency-Key`` compares these)."""
     return hashlib.sha256(orjson.dumps(request, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-async def _create(svc: Services, request: RunRequest, model: str) -> Submitted:
-    options, tenant = request.options, request.principal.tenant
-    if options.multitask is not None:
+async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
+    tenant = request.principal.tenant
+    if run.options.multitask is not None:
         raise invalid("multitask", "only with thread_id")
-    record = RunRecord(id=new_run_id(), tenant=tenant, model=model, created_at=time.time(),
-                       metadata=dict(options.metadata),
-                       request=stored_request(options, model, normalise_input(request.input)))
+    record = RunRecord(id=new_run_id(), tenant=tenant, model=run.model, created_at=time.time(),
+                       metadata=dict(run.options.metadata), owner=request.principal.subject,
+                       request=run.stored(normalise_input(request.input)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
     digest = request_hash({"tenant": tenant, "body": request.digest_of})
     record, created = await svc.backend.create_run(record, idempotency_key=key,
                                                    request_hash=digest,
-                                                   first_event=RunCreated(model=model))
+                                                   first_event=RunCreated(model=run.model))
     if created:
         metrics.RUNS_CREATED.inc()
     return Submitted(run_id=record.id, record=record, created=created)
@@ -149,10 +206,10 @@ def thread_not_found(thread_id: str) -> ApiError:
     return ApiError(404, "thread_not_found", f"no thread {thread_id}")
 
 
-async def _post(svc: Services, request: RunRequest, thread_id: str, model: str) -> Submitted:
+async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -> Submitted:
     if not is_thread_id(thread_id):
         raise thread_not_found(thread_id)
-    post = _thread_post(request, thread_id, model)
+    post = _thread_post(request, thread_id, run)
     try:
         outcome = await svc.backend.post_thread_run(thread_id, post)
     except ThreadNotFound as exc:
@@ -170,20 +227,20 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, model: str) 
     return Submitted(run_id=outcome.run_id, outcome=outcome)
 
 
-def _thread_post(request: RunRequest, thread_id: str, model: str) -> ThreadPost:
+def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
     """The store's ``ThreadPost``: the prompts, and the run to create if one must start."""
-    options, tenant = request.options, request.principal.tenant
+    options, tenant = run.options, request.principal.tenant
     prompts = user_prompts(request.input)
-    stored = stored_request(options, model, normalise_input(request.input))
+    stored = run.stored(normalise_input(request.input))
     stored["thread_id"] = thread_id
-    candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=model,
+    candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=run.model,
                           created_at=time.time(), metadata=dict(options.metadata),
                           request=stored)
     digest = request_hash({"tenant": tenant, "thread": thread_id, "body": request.digest_of})
     return ThreadPost(tenant=tenant, multitask=options.multitask or DEFAULT_MULTITASK,
-                      candidate=candidate, first_event=RunCreated(model=model),
+                      candidate=candidate, first_event=RunCreated(model=run.model),
                       prompts=[json_bytes(m) for m in prompts],
                       message_ids=[new_message_id() for _ in prompts],
                       idempotency_key=request.idempotency_key, request_hash=digest,
-                      create=request.new_thread)
+                      owner=request.principal.subject, create=request.new_thread)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+from app.api.auth import Principal
 from app.api.checks import input_messages
 from app.api.schemas import PendingCall, QueueCounts, Run
 from app.store.contract import Backend
@@ -29,10 +30,11 @@ def events_url(run_id: str) -> str:
     return f"/runs/{run_id}/events"
 
 
-async def load_run(backend: Backend, run_id: str, tenant: str) -> RunRecord:
-    """The tenant's run; ``RunNotFound`` (404) for a missing run or another tenant's."""
+async def load_run(backend: Backend, run_id: str, who: Principal) -> RunRecord:
+    """The caller's run; ``RunNotFound`` (404) for a missing run or one that is not theirs
+    (another tenant's, another end user's)."""
     check_run_id(run_id)
-    return owned(await backend.get_run(run_id), run_id, tenant)
+    return owned(await backend.get_run(run_id), run_id, who)
 
 
 def check_run_id(run_id: str) -> None:
@@ -41,9 +43,9 @@ def check_run_id(run_id: str) -> None:
         raise RunNotFound(run_id)
 
 
-def owned(record: RunRecord | None, run_id: str, tenant: str) -> RunRecord:
-    """``record`` if it exists and is the tenant's, else ``RunNotFound`` (404, never 403)."""
-    if record is None or record.tenant != tenant:
+def owned(record: RunRecord | None, run_id: str, who: Principal) -> RunRecord:
+    """``record`` if it exists and is the caller's, else ``RunNotFound`` (404, never 403)."""
+    if record is None or not who.sees(record.tenant, record.owner, thread_of_run(run_id)):
         raise RunNotFound(run_id)
     return record
 
@@ -70,6 +72,7 @@ async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False
         metadata=dict(record.metadata),
         queue=QueueCounts(steer=queue.get("steer", 0), follow_up=queue.get("follow_up", 0)),
         events_url=events_url(record.id), thread_id=thread_of_run(record.id),
+        agent=record.request.get("agent"), agent_version=record.request.get("agent_version"),
         pending=await pending_calls(backend, record))
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 
-from app.api.options import RunOptions
+from app.api.options import AgentName, RunOptions
 from app.api.thread_schemas import MultitaskOutcome
 
 
@@ -49,6 +49,9 @@ class CreateRun(RunOptions):
         "examples": [{"input": "What is 6 times 7?"}]})
 
     input: InputJson = Field(description="a user message, or a conversation")
+    agent: AgentName | None = Field(default=None, description=(
+        "run this agent (GET /agents): its options, with the fields it leaves overridable "
+        "set by this request"))
     thread_id: str | None = Field(default=None, pattern=r"^thr_[0-9a-f]{32}$", description=(
         "continue this thread (as POST /threads/{id}/runs): input is the new user message(s); "
         "404 thread_not_found when no such thread is yours"))
@@ -121,6 +124,9 @@ class Run(BaseModel):
         "scoped to this run, valid AGENTLOOP_STREAM_TOKEN_TTL seconds; every Run returned "
         "carries a new one"))
     thread_id: str | None = Field(default=None, description="the thread this run belongs to")
+    agent: str | None = Field(default=None, description="the agent it runs (GET /agents)")
+    agent_version: int | None = Field(default=None, description=(
+        "the version of the agent it runs (0: the agents file's)"))
     multitask: MultitaskOutcome | None = Field(default=None, description=(
         "on the answer to a thread post: what the posted message did"))
 
@@ -204,3 +210,51 @@ class Health(BaseModel):
     sandbox: str | None = None
     """How code tools run now; ``disabled`` when the start-up probe failed."""
     sandbox_probe: SandboxProbe | None = None
+
+
+class Agent(BaseModel):
+    """One version of an agent (``GET /agents``)."""
+
+    name: str
+    description: str
+    version: int = Field(description="from 1, one more with each change (0: the agents file's)")
+    source: Literal["file", "api"] = Field(description=(
+        "file: AGENTLOOP_AGENTS_FILE (read-only here); api: this tenant's own"))
+    created_at: OptionalDateTime
+    definition: dict[str, Any] = Field(description=(
+        "the run options, name, description and overridable fields it was defined with"))
+
+
+class AgentList(BaseModel):
+    """``GET /agents`` (latest versions) and ``GET /agents/{name}/versions`` (oldest first)."""
+
+    agents: list[Agent]
+
+
+DEFAULT_CLIENT_TOKEN_TTL = 3600
+MAX_CLIENT_TOKEN_TTL = 86_400
+"""A client token lives an hour unless asked otherwise, a day at the most."""
+
+
+class ClientTokenIn(BaseModel):
+    """``POST /client_tokens`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    subject: str = Field(min_length=1, max_length=256, description=(
+        "the end user (your app's user id): the owner of what the token starts"))
+    agents: list[AgentName] | None = Field(default=None, max_length=64, description=(
+        "the agents it may start (null: every agent); exactly one: its default"))
+    threads: list[str] | None = Field(default=None, max_length=64, description=(
+        "the only threads it may use (null: any of its subject's, and new ones)"))
+    ttl: int = Field(default=DEFAULT_CLIENT_TOKEN_TTL, ge=60, le=MAX_CLIENT_TOKEN_TTL,
+                     description="seconds it is valid")
+
+
+class ClientToken(BaseModel):
+    """A client token (``Authorization: Bearer <token>``, or an EventSource's ``?token=``)."""
+
+    token: str
+    expires_at: DateTime
+    subject: str
+    agents: list[str] | None
+    threads: list[str] | None

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from app.api.agents import AgentCatalog
 from app.api.auth import Authenticator
 from app.config import Settings
 from app.engine.loop_config import ResolveProvider
@@ -24,6 +25,7 @@ class Services:
     resolve_provider: ResolveProvider
     default_model: str
     env: dict[str, str]
+    agents: AgentCatalog
     registry: Registry = field(default_factory=lambda: default_registry)
     client: httpx.AsyncClient | None = None
     worker: asyncio.Task[None] | None = None

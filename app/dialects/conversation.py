@@ -40,35 +40,40 @@ CHAT_ID_KEY = "chat_id"
 """The run (and thread) metadata key naming the conversation's chat id."""
 
 
-def chat_thread_id(tenant: str, chat_id: str) -> str:
-    """The thread of a tenant's chat: a digest of both (another tenant's chat of the same id
-    is another thread)."""
-    digest = hashlib.sha256(f"{tenant}\0{chat_id}".encode()).hexdigest()
+def chat_thread_id(tenant: str, chat_id: str, subject: str | None = None) -> str:
+    """The thread of a tenant's chat (an end user's: of that user): a digest of all of them
+    (another tenant's or user's chat of the same id is another thread)."""
+    who = tenant if subject is None else f"{tenant}\0user\0{subject}"
+    digest = hashlib.sha256(f"{who}\0{chat_id}".encode()).hexdigest()
     return f"thr_{digest[:32]}"
 
 
 def turn(principal: Principal, chat_id: str, prompt: dict[str, Any], options: dict[str, Any],
-         rename: Callable[[str], str]) -> RunRequest:
+         rename: Callable[[str], str], *, agent: str | None = None,
+         set_fields: frozenset[str] = frozenset()) -> RunRequest:
     """The run request for the chat's new user message ``prompt``: ``options`` are run
-    options (``RunOptions`` fields), the chat's thread is created with the post if absent.
-    A malformed option is a 422 in the door's names (``rename``)."""
+    options (``RunOptions`` fields; ``set_fields`` those the caller set), the chat's thread is
+    created with the post if absent (the caller's if an end user). A malformed option is a 422
+    in the door's names (``rename``)."""
     metadata = {**(options.get("metadata") or {}), CHAT_ID_KEY: chat_id}
     try:
         run_options = RunOptions.model_validate({**options, "metadata": metadata})
     except ValidationError as exc:
         raise validation_to_api(exc, "").renamed(rename) from None
-    thread_id = chat_thread_id(principal.tenant, chat_id)
+    thread_id = chat_thread_id(principal.tenant, chat_id, principal.subject)
     now = time.time()
     thread = ThreadRecord(id=thread_id, tenant=principal.tenant, created_at=now, updated_at=now,
-                          metadata={CHAT_ID_KEY: chat_id})
+                          metadata={CHAT_ID_KEY: chat_id}, owner=principal.subject)
     return RunRequest(principal=principal, options=run_options, input=[prompt],
-                      thread_id=thread_id, new_thread=thread, rename=rename)
+                      thread_id=thread_id, new_thread=thread, rename=rename, agent=agent,
+                      set_fields=set_fields)
 
 
-async def active_run(backend: Backend, tenant: str, chat_id: str) -> RunRecord | None:
-    """The chat's active run (the one a reconnect resumes), if any."""
-    record = await backend.get_thread(chat_thread_id(tenant, chat_id))
-    if record is None or record.tenant != tenant:
+async def active_run(backend: Backend, who: Principal, chat_id: str) -> RunRecord | None:
+    """The caller's chat's active run (the one a reconnect resumes), if any."""
+    thread_id = chat_thread_id(who.tenant, chat_id, who.subject)
+    record = await backend.get_thread(thread_id)
+    if record is None or not who.sees(record.tenant, record.owner, thread_id):
         return None
     record = await settled(backend, record)
     run_id = record.active_run or record.next_run

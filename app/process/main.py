@@ -21,7 +21,18 @@ from app.api.body_guard import BodyGuard
 from app.api.errors import install_error_handlers
 from app.api.methods import HeadAsGet
 from app.api.openapi import install_contract
-from app.api.routes import approvals, events, health, playground, queue, runs, threads, tools
+from app.api.routes import (
+    agents,
+    approvals,
+    client_tokens,
+    events,
+    health,
+    playground,
+    queue,
+    runs,
+    threads,
+    tools,
+)
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
 from app.dialects.ag_ui import routes as ag_ui
@@ -56,8 +67,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                          lifespan=lifespan)
     install_error_handlers(app)
     install_contract(app)
-    for module in (runs, events, queue, approvals, threads, tools, health, ai_sdk,
-                   ag_ui):
+    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, health,
+                   ai_sdk, ag_ui):
         app.include_router(module.router)
     if cfg.playground:
         app.include_router(playground.router)
@@ -85,7 +96,7 @@ def _tenant_of(scope: Scope, run_id: str) -> str | None:
     if services is None:
         return None
     try:
-        return str(services.auth.authenticate(Request(scope), stream_run_id=run_id).tenant)
+        return services.auth.tenant_of(Request(scope), stream_run_id=run_id)  # type: ignore[no-any-return]
     except Exception:  # bad credentials: the route answers 401; the log just lacks a tenant
         return None
 

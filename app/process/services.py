@@ -13,12 +13,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from app.api.agents import AgentCatalog
 from app.api.auth import Authenticator
+from app.api.auth.idp import IdentityProvider
+from app.api.errors import ApiError
+from app.api.pipeline import check_run_options
 from app.api.services import Services
 from app.config import Settings, provider_env
 from app.engine.loop_config import ResolveProvider
 from app.engine.task_guard import install_task_guard
 from app.process.setup import (
+    agents_of,
+    idp_settings,
     load_tools,
     make_store,
     model_resolver,
@@ -86,12 +92,14 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
     async with provider_client(settings, env) as client:
         store = backend if backend is not None else make_store(settings)
         auth = Authenticator(settings.api_key_map(), secret=settings.stream_token_secret,
-                             token_ttl=settings.stream_token_ttl)
+                             token_ttl=settings.stream_token_ttl,
+                             idp=IdentityProvider(idp_settings(settings)))
         svc = Services(settings=settings, backend=store, auth=auth,
                        resolve_provider=resolve_provider or model_resolver(settings, env, client),
                        default_model=served_default_model(settings, env), env=env,
-                       client=client)
+                       client=client, agents=AgentCatalog(store, agents_of(settings)))
         load_tools(settings)
+        check_file_agents(svc)
         install_task_guard(asyncio.get_running_loop())
         sandbox = await probe_sandbox()
         metrics.configure_labels(registry=svc.registry,
@@ -112,6 +120,18 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
             if svc.worker is not None:
                 await _stop_worker(svc.worker, svc.settings.lease_seconds)
             await store.close()
+            await auth.close()
+
+
+def check_file_agents(svc: Services) -> None:
+    """Each agent of ``AGENTLOOP_AGENTS_FILE`` passes a run's checks (its model, tools,
+    approval names...): else the service does not start (one line, the agent and field)."""
+    for name, spec in svc.agents.file_agents.items():
+        try:
+            check_run_options(svc, spec)
+        except ApiError as exc:
+            raise SystemExit(f"agentloop: {svc.settings.agents_file}: agent {name!r}: "
+                             f"{exc.message}") from None
 
 
 async def _start_store(store: Backend) -> None:

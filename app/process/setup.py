@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from app.api.agents import AgentSpec, load_agents_file
+from app.api.auth.idp import IdpSettings
 from app.config import Settings
 from app.engine.loop_config import ResolveProvider
 from app.store.contract import Backend
@@ -110,6 +112,26 @@ def ensure_tools(settings: Settings) -> None:
         load_tools(settings)
 
 
+def agents_of(settings: Settings) -> dict[str, AgentSpec]:
+    """The agents of ``AGENTLOOP_AGENTS_FILE`` (none when unset); exit with one line on
+    stderr for a file that cannot be read as agents."""
+    if settings.agents_file is None:
+        return {}
+    try:
+        return load_agents_file(settings.agents_file)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"agentloop: AGENTLOOP_AGENTS_FILE: {exc}") from None
+
+
+def idp_settings(settings: Settings) -> IdpSettings:
+    """The identity provider's settings (``AGENTLOOP_JWT_*``)."""
+    return IdpSettings(jwks_url=settings.jwt_jwks_url, secret=settings.jwt_secret,
+                       issuer=settings.jwt_issuer, audience=settings.jwt_audience,
+                       tenant=settings.jwt_tenant, tenant_claim=settings.jwt_tenant_claim,
+                       agents_claim=settings.jwt_agents_claim,
+                       refetch_after=settings.jwt_jwks_refetch_seconds)
+
+
 def check_tool_modules(settings: Settings) -> None:
     """Import the operator's tool modules before anything starts; exit with one line on
     stderr when one cannot be imported (the service does not start without its tools)."""
@@ -117,6 +139,7 @@ def check_tool_modules(settings: Settings) -> None:
         import_tool_modules(settings.tool_module_list())
     except ToolModuleError as exc:
         raise SystemExit(f"agentloop: {exc}") from None
+    agents_of(settings)
 
 def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
     """``Worker`` settings from the configuration (embedded worker and ``agentloop worker``)."""

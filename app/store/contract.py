@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from app.engine.events import ServiceEvent
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
 from app.store.records import (
+    AgentRecord,
     Answer,
     Claim,
     EventBatch,
@@ -82,8 +83,9 @@ class RunStore(Protocol):
         ...
 
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                        limit: int, cursor: str | None) -> RunPage:
-        """The tenant's runs, newest first, filtered, paginated by an opaque cursor."""
+                        limit: int, cursor: str | None, owner: str | None = None) -> RunPage:
+        """The tenant's runs (``owner``: an end user's only), newest first, filtered,
+        paginated by an opaque cursor."""
         ...
 
     async def update_run(self, run_id: str, attempt: int, **fields: Any) -> None:
@@ -266,8 +268,10 @@ class ThreadStore(Protocol):
         ...
 
     async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                           limit: int, cursor: str | None) -> ThreadPage:
-        """The tenant's threads, newest first, filtered, paginated by an opaque cursor."""
+                           limit: int, cursor: str | None, owner: str | None = None
+                           ) -> ThreadPage:
+        """The tenant's threads (``owner``: an end user's only), newest first, filtered,
+        paginated by an opaque cursor."""
         ...
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -288,7 +292,9 @@ class ThreadStore(Protocol):
     async def post_thread_run(self, thread_id: str, post: ThreadPost) -> PostOutcome:
         """Post a message (``app.store.thread_records``); an interrupt or a steer wakes a
         parked active run in the same step. With ``post.create`` the thread is created first
-        if absent, in the same step. Raises ``ThreadNotFound``, ``IdempotencyConflict``."""
+        if absent, in the same step. A new run belongs to the thread's owner. Raises
+        ``ThreadNotFound`` (also for a thread of another owner than ``post.owner``, when set),
+        ``IdempotencyConflict``."""
         ...
 
     async def settle_thread(self, thread_id: str) -> str | None:
@@ -303,6 +309,42 @@ class ThreadStore(Protocol):
         ...
 
 
+class AgentStore(Protocol):
+    """A tenant's agents: every change a new version, each kept until the agent is deleted."""
+
+    async def put_agent(self, tenant: str, name: str, definition: dict[str, Any], *,
+                        create: bool) -> AgentRecord:
+        """Store a new version (``create``: the first one; ``AgentExists`` when the agent
+        exists), atomically numbered after the last."""
+        ...
+
+    async def get_agent(self, tenant: str, name: str,
+                        version: int | None = None) -> AgentRecord | None:
+        """The agent's latest version (or ``version``); None when there is none."""
+        ...
+
+    async def list_agents(self, tenant: str) -> list[AgentRecord]:
+        """The latest version of each of the tenant's agents, by name."""
+        ...
+
+    async def agent_versions(self, tenant: str, name: str) -> list[AgentRecord]:
+        """Every version of the agent, oldest first (empty when there is no such agent)."""
+        ...
+
+    async def delete_agent(self, tenant: str, name: str) -> bool:
+        """Drop the agent and its versions; whether there was one."""
+        ...
+
+
+class Counters(Protocol):
+    """Counts shared by every process (rate limits)."""
+
+    async def count_hit(self, key: str, window: float) -> tuple[int, float]:
+        """Count one hit on ``key`` in its current fixed window of ``window`` seconds:
+        ``(hits in the window so far, seconds until it ends)``; atomic across processes."""
+        ...
+
+
 class Backend(RunStore, EventLog, QueueStore, CancelSignal, Dispatch, ParkingStore, ThreadStore,
-              Protocol):
+              AgentStore, Counters, Protocol):
     """Storage and coordination for runs: every concern above (both built-in backends)."""

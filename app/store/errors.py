@@ -6,6 +6,7 @@
     ├── RunNotFound           no such run for this tenant (HTTP: 404)
     ├── ThreadNotFound        no such thread for this tenant (HTTP: 404)
     ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
+    ├── AgentExists           an agent of that name exists already (HTTP: 409)
     └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
     DecisionRefused           an answer to a parked run that cannot be taken (HTTP: 409)
 """
@@ -33,6 +34,10 @@ class RunNotFound(BackendError):
 
 class ThreadNotFound(BackendError):
     """No such thread (or not this tenant's)."""
+
+
+class AgentExists(BackendError):
+    """An agent of that name exists already (creating it again)."""
 
 
 class QueueItemTaken(BackendError):

@@ -37,6 +37,7 @@ class FreshRun:
     tenant: str
     first: StoredEvent
     until: float
+    owner: str | None = None
 
 
 class FreshRuns:
@@ -49,7 +50,8 @@ class FreshRuns:
         self._clock = clock
         self._runs: dict[str, FreshRun] = {}
 
-    def add(self, run_id: str, tenant: str, first: StoredEvent) -> None:
+    def add(self, run_id: str, tenant: str, first: StoredEvent,
+            owner: str | None = None) -> None:
         """Remember a run the store has just acknowledged, dropping the expired and the
         oldest beyond ``limit`` (insertion order is creation order)."""
         now = self._clock()
@@ -59,7 +61,7 @@ class FreshRuns:
             if runs[oldest].until > now and len(runs) < self.limit:
                 break
             del runs[oldest]
-        runs[run_id] = FreshRun(tenant, first, now + self.ttl)
+        runs[run_id] = FreshRun(tenant, first, now + self.ttl, owner)
 
     def get(self, run_id: str) -> FreshRun | None:
         """The run if it was created here less than ``ttl`` seconds ago."""

@@ -10,16 +10,12 @@ from app.store.records import RunRecord
 from app.store.thread_records import ThreadRecord
 
 
-def matches(record: RunRecord, status: str | None, metadata: dict[str, str]) -> bool:
-    """Whether a run passes ``list_runs`` filters."""
+def matches(record: RunRecord | ThreadRecord, status: str | None, metadata: dict[str, str],
+            owner: str | None = None) -> bool:
+    """Whether a run (or a thread) passes the list filters (``owner``: an end user's own)."""
     if status is not None and record.status != status:
         return False
-    return all(record.metadata.get(k) == v for k, v in metadata.items())
-
-
-def thread_matches(record: ThreadRecord, status: str | None, metadata: dict[str, str]) -> bool:
-    """Whether a thread passes ``list_threads`` filters."""
-    if status is not None and record.status != status:
+    if owner is not None and record.owner != owner:
         return False
     return all(record.metadata.get(k) == v for k, v in metadata.items())
 

@@ -60,6 +60,8 @@ class RunRecord:
     progress (``app.worker.attempts``)."""
     lost_attempts: int = 0
     """Consecutive attempts whose worker died without progress (``AGENTLOOP_MAX_ATTEMPTS``)."""
+    owner: str | None = None
+    """The end user (subject) whose run this is; None: the tenant's own (an API key's)."""
     cancel_requested: bool = False
     """Cancel was asked for when the record was read (the store keeps the flag itself:
     ``CancelSignal``; never written through the record)."""
@@ -163,6 +165,16 @@ def now() -> float:
     """Wall-clock seconds (one place, so tests could pin it)."""
     return time.time()
 
+
+
+@dataclass(slots=True, frozen=True)
+class AgentRecord:
+    """One version of a tenant's agent: its definition (JSON-ready), numbered from 1."""
+
+    name: str
+    version: int
+    definition: dict[str, Any]
+    created_at: float
 
 
 REQUIRES_ACTION: Literal["requires_action"] = "requires_action"

@@ -39,6 +39,9 @@ class ThreadRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     metadata: dict[str, str] = field(default_factory=dict)
+    owner: str | None = None
+    """The end user (subject) whose thread this is (its runs are theirs too); None: the
+    tenant's own."""
     active_run: str | None = None
     next_run: str | None = None
     runs: list[str] = field(default_factory=list)
@@ -63,6 +66,9 @@ class ThreadPost:
     message_ids: list[str]
     idempotency_key: str | None = None
     request_hash: str = ""
+    owner: str | None = None
+    """The end user posting: a thread of another owner is not found. None: the tenant's key
+    (any thread of the tenant)."""
     create: ThreadRecord | None = None
     """Create the thread (this record) first when it does not exist, in the same step: a
     toolkit's first message of a chat (``app.dialects.conversation``)."""
@@ -111,4 +117,4 @@ def successor(ended: RunRecord, run_id: str, now: float) -> RunRecord:
     """The run that carries messages an ended run never took: its options, a fresh id."""
     return RunRecord(id=run_id, tenant=ended.tenant, model=ended.model, created_at=now,
                      metadata=dict(ended.metadata), request={**ended.request, "input": []},
-                     last_seq=1)
+                     last_seq=1, owner=ended.owner)

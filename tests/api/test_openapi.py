@@ -36,6 +36,11 @@ OPERATIONS = {
     ("get", "/ai-sdk/chat/{chat_id}/stream"): "aiSdkResumeChat",
     ("post", "/ag-ui"): "agUiRunAgent",
     ("get", "/ag-ui/threads/{thread_id}/stream"): "agUiReconnect",
+    ("post", "/agents"): "createAgent", ("get", "/agents"): "listAgents",
+    ("get", "/agents/{name}"): "getAgent", ("put", "/agents/{name}"): "putAgent",
+    ("delete", "/agents/{name}"): "deleteAgent",
+    ("get", "/agents/{name}/versions"): "listAgentVersions",
+    ("post", "/client_tokens"): "createClientToken",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
 from app.api.errors import ApiError, documented
-from app.api.routes.deps import ServicesDep
+from app.api.routes.deps import ServicesDep, caller
 from app.api.run_view import check_run_id, owned
 from app.delivery.sse import PAGE, event_stream
 from app.store.fresh_runs import FreshRuns
@@ -57,18 +57,18 @@ async def run_events(run_id: str, request: Request, svc: ServicesDep,
     the stream closes after the run's own ``agent_end`` (``depth`` 0), and a request for an
     ended run with nothing left after its position is ``204``. ``?token=`` accepts the run's
     stream token (``GET /runs/{id}`` returns a fresh one)."""
-    who = svc.auth.authenticate(request, stream_run_id=run_id)
+    who = await caller(svc, request, stream_run_id=run_id)
     start = max(parse_seq(after, "after"), parse_seq(last_event_id, "Last-Event-ID"))
     check_run_id(run_id)
     fresh = getattr(svc.backend, "fresh_runs", None)
     made = fresh.get(run_id) if isinstance(fresh, FreshRuns) and start == 0 else None
-    if made is not None and made.tenant == who.tenant:
+    if made is not None and who.sees(made.tenant, made.owner, None):
         # created by this process a moment ago: its first event is known, the log follows
         first, ended = [made.first], False
     else:
         # the access check and the first page of the log in one store round trip
         record, first = await svc.backend.get_run_and_events(run_id, start, PAGE)
-        ended = owned(record, run_id, who.tenant).status in TERMINAL
+        ended = owned(record, run_id, who).status in TERMINAL
         if ended and not first:
             # the run's final status is written with its agent_end, and read before the log
             # here: an ended run with nothing after ``start`` has nothing left to send, ever

@@ -47,7 +47,7 @@ async def follow_up(run_id: str, body: QueueMessageIn, svc: ServicesDep,
             responses=documented(401, 404, 503))
 async def list_queue(run_id: str, svc: ServicesDep, who: PrincipalDep) -> QueueList:
     """Messages still waiting, steering first, oldest first."""
-    await load_run(svc.backend, run_id, who.tenant)
+    await load_run(svc.backend, run_id, who)
     items: list[QueueItem] = []
     positions = {"steer": 0, "follow_up": 0}
     for kind, queued in await svc.backend.list_queue(run_id):

@@ -24,7 +24,7 @@ from app.api.run_view import load_run, run_object
 from app.api.schemas import CreateRun, Run, RunList
 from app.api.services import Services
 from app.api.thread_view import answer_post
-from app.store.ids import RUN_ID
+from app.store.ids import RUN_ID, thread_of_run
 
 router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
 _STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
@@ -41,7 +41,8 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
     as ``POST /threads/{thread_id}/runs``."""
     request = RunRequest(principal=who, options=body, input=body.input,
                          thread_id=body.thread_id, idempotency_key=idempotency_key,
-                         digest_of=body.model_dump(mode="json"))
+                         digest_of=body.model_dump(mode="json"), agent=body.agent,
+                         set_fields=body.options_set())
     done = await submit(svc, request)
     if done.outcome is not None:
         return await answer_post(svc, who, done.outcome, response)
@@ -63,7 +64,7 @@ def _with_token(run: Run, svc: Services, tenant: str) -> Run:
             responses=documented(401, 404, 503))
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """One of the caller's runs, with a fresh ``stream_token`` for its events."""
-    record = await load_run(svc.backend, run_id, who.tenant)
+    record = await load_run(svc.backend, run_id, who)
     return _with_token(await run_object(svc.backend, record), svc, who.tenant)
 
 
@@ -74,13 +75,15 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                         {"x-component": "RunStatus"})] = None,
                     limit: Annotated[int, Query(ge=1, le=100)] = 20,
                     cursor: str | None = None) -> RunList:
-    """The caller's runs, newest first; filter by ``status`` and ``metadata.<key>=<value>``."""
+    """The caller's runs (an end user's: its own), newest first; filter by ``status`` and
+    ``metadata.<key>=<value>``."""
     check_status(status, _STATUSES)
     check_cursor(cursor, lambda run_id: bool(RUN_ID.fullmatch(run_id)))
     page = await svc.backend.list_runs(who.tenant, status=status,
                                        metadata=metadata_filters(request), limit=limit,
-                                       cursor=cursor)
-    runs = await asyncio.gather(*(run_object(svc.backend, r) for r in page.runs))
+                                       cursor=cursor, owner=who.subject)
+    mine = [r for r in page.runs if who.sees(r.tenant, r.owner, thread_of_run(r.id))]
+    runs = await asyncio.gather(*(run_object(svc.backend, r) for r in mine))
     return RunList(runs=[_with_token(run, svc, who.tenant) for run in runs],
                    next_cursor=page.next_cursor)
 

@@ -20,7 +20,7 @@ from app.api.checks import invalid
 from app.api.errors import ApiError, documented
 from app.api.listing import check_cursor, check_status, metadata_filters
 from app.api.pipeline import IDEMPOTENCY_KEY_MAX, RunRequest, submit
-from app.api.routes.deps import PrincipalDep, ServicesDep
+from app.api.routes.deps import PrincipalDep, ServicesDep, caller
 from app.api.routes.strict_json import StrictJsonRoute
 from app.api.schemas import CreateRun, Run
 from app.api.thread_schemas import CreateThread, Thread, ThreadList
@@ -38,10 +38,12 @@ _STATUSES = ("idle", "busy")
              responses=documented(400, 401, 413, 415, 422, 503))
 async def create_thread(response: Response, svc: ServicesDep, who: PrincipalDep,
                         body: CreateThread | None = None) -> Thread:
-    """A new, idle thread."""
+    """A new, idle thread (an end user's own; not for a token that lists its threads)."""
+    if who.threads is not None:
+        raise ApiError(403, "forbidden", "this token may use only the threads it lists")
     now = time.time()
     record = ThreadRecord(id=new_thread_id(), tenant=who.tenant, created_at=now, updated_at=now,
-                          metadata=dict(body.metadata) if body else {})
+                          metadata=dict(body.metadata) if body else {}, owner=who.subject)
     await svc.backend.create_thread(record)
     response.headers["Location"] = f"/threads/{record.id}"
     return await thread_object(svc.backend, record, svc.auth)
@@ -61,14 +63,15 @@ async def list_threads(request: Request, svc: ServicesDep, who: PrincipalDep,
                        status: str | None = None,
                        limit: Annotated[int, Query(ge=1, le=100)] = 20,
                        cursor: str | None = None) -> ThreadList:
-    """The caller's threads as summaries, newest first; filter by ``status``
-    (``idle``/``busy``) and ``metadata.<key>=<value>``."""
+    """The caller's threads (an end user's: its own) as summaries, newest first; filter by
+    ``status`` (``idle``/``busy``) and ``metadata.<key>=<value>``."""
     check_status(status, _STATUSES)
     check_cursor(cursor, is_thread_id)
     page = await svc.backend.list_threads(who.tenant, status=status,
                                           metadata=metadata_filters(request), limit=limit,
-                                          cursor=cursor)
-    return ThreadList(threads=[thread_summary(t, svc.auth) for t in page.threads],
+                                          cursor=cursor, owner=who.subject)
+    return ThreadList(threads=[thread_summary(t, svc.auth) for t in page.threads
+                               if who.sees(t.tenant, t.owner, t.id)],
                       next_cursor=page.next_cursor)
 
 
@@ -96,7 +99,8 @@ async def post_thread_run(thread_id: str, body: CreateRun, response: Response,
         raise invalid("thread_id", "differs from the thread in the path")
     done = await submit(svc, RunRequest(principal=who, options=body, input=body.input,
                                         thread_id=thread_id, idempotency_key=idempotency_key,
-                                        digest_of=body.model_dump(mode="json")))
+                                        digest_of=body.model_dump(mode="json"),
+                                        agent=body.agent, set_fields=body.options_set()))
     assert done.outcome is not None
     return await answer_post(svc, who, done.outcome, response)
 
@@ -116,7 +120,7 @@ async def thread_events(thread_id: str, request: Request, svc: ServicesDep,
     """Every event of every run of the thread, in order, then live ones, the next run's
     included: one subscription for the whole conversation. Resumes after ``Last-Event-ID``
     (or ``?after=``) across run boundaries; ``?token=`` takes the thread's stream token."""
-    who = svc.auth.authenticate(request, stream_run_id=thread_id)
+    who = await caller(svc, request, stream_run_id=thread_id)
     start = _position(last_event_id, "Last-Event-ID") or _position(after, "after")
     record = await control.load_thread(svc, who, thread_id)
     return thread_stream(svc.backend, thread_id, start or (1, 0), record.runs,

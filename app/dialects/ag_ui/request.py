@@ -19,6 +19,7 @@ the ``tool`` messages with its results, answers the waiting run (``tool_answers`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from pydantic import ConfigDict, StrictBool, ValidationError
 
 from app.api.checks import validation_to_api
 from app.api.errors import ApiError
-from app.api.options import RunOptions
+from app.api.options import AGENT_NAME, RunOptions
 
 _SKIPPED_ROLES = frozenset({"reasoning", "activity"})
 
@@ -60,6 +61,16 @@ def agentloop_props(body: RunAgentInput) -> AgentloopProps:
     return props_in
 
 
+def agent_name(body: RunAgentInput) -> str | None:
+    """``forwardedProps.agent``: the agent to run (422 naming it if it is no agent name)."""
+    props = body.forwarded_props
+    name = props.get("agent") if isinstance(props, dict) else None
+    if name is not None and not (isinstance(name, str) and re.fullmatch(AGENT_NAME, name)):
+        raise _invalid("forwardedProps.agent", "an agent's name (1 to 64 letters, digits, "
+                       "'_' or '-')")
+    return name
+
+
 def wire_name(body: RunAgentInput) -> Callable[[str], str]:
     """The input's name of a pipeline field: frontend tools are ``tools``, the new message is
     the last of ``messages``, every other option is under ``forwardedProps.agentloop``."""
@@ -70,6 +81,8 @@ def wire_name(body: RunAgentInput) -> Callable[[str], str]:
             return "tools" + name.removeprefix("client_tools")
         if name.startswith("input"):
             return f"messages[{last}].content"
+        if name == "agent":
+            return "forwardedProps.agent"
         return f"forwardedProps.agentloop.{name}"
 
     return rename

@@ -33,6 +33,7 @@ from app.delivery.sse import EventStreamResponse
 from app.dialects.ag_ui.messages import history
 from app.dialects.ag_ui.projector import AgUiProjector
 from app.dialects.ag_ui.request import (
+    agent_name,
     agentloop_props,
     client_tools,
     to_messages,
@@ -71,7 +72,7 @@ async def _answer_run(body: RunAgentInput, svc: Services, who: Principal,
                       cancel_on_disconnect: bool) -> Response:
     """The thread's waiting run takes the results in the input's trailing tool messages, all
     or none; a new AG-UI run (RUN_STARTED with our run id) shows the rest of it."""
-    record = await active_run(svc.backend, who.tenant, body.thread_id)
+    record = await active_run(svc.backend, who, body.thread_id)
     if record is None or record.status != "requires_action":
         raise ApiError(409, "not_waiting", "the thread has no run waiting for a tool result",
                        "messages")
@@ -111,12 +112,16 @@ async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) ->
     if body.messages and body.messages[-1].role == "tool":
         return await _answer_run(body, svc, who, props.cancel_on_disconnect)
     messages, system = to_messages(body)
-    options = props.option_fields()
+    options, set_fields = props.option_fields(), props.options_set()
     options["system"] = "\n\n".join(s for s in (props.system, system) if s) or None
     options["metadata"] = {**props.metadata, "ag_ui_run_id": body.run_id[:255]}
     options["client_tools"] = client_tools(body)
-    done = await submit(svc, turn(who, body.thread_id, messages[-1], options,
-                                  wire_name(body)))
+    if system:  # the input's system and developer messages, its context: the page's
+        set_fields |= {"system"}
+    if body.tools:
+        set_fields |= {"client_tools"}
+    done = await submit(svc, turn(who, body.thread_id, messages[-1], options, wire_name(body),
+                                  agent=agent_name(body), set_fields=set_fields))
     projector = AgUiProjector(body.thread_id)
     return ag_ui_stream(svc.backend, done.run_id, projector,
                         poll=poll_seconds(svc.settings.sse_ping_seconds),
@@ -131,7 +136,7 @@ async def reconnect(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> Resp
     """The thread's active run, replayed from its start, then live; ``204`` if none."""
     if not re.fullmatch(CHAT_ID, thread_id):
         raise ApiError(404, "not_found", "no such thread")
-    record = await active_run(svc.backend, who.tenant, thread_id)
+    record = await active_run(svc.backend, who, thread_id)
     if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     before, prompts = await svc.backend.thread_run_inputs(record.id)

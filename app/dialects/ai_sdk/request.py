@@ -22,7 +22,7 @@ import orjson
 from pydantic import ConfigDict, Field, StrictBool
 
 from app.api.errors import ApiError
-from app.api.options import RunOptions
+from app.api.options import AgentName, RunOptions
 from app.dialects.conversation import CHAT_ID
 
 
@@ -32,6 +32,7 @@ class ChatRequest(RunOptions):
 
     model_config = ConfigDict(extra="forbid")
     id: str = Field(pattern=CHAT_ID, description="the chat id (the conversation)")
+    agent: AgentName | None = Field(default=None, description="the agent to run (GET /agents)")
     messages: list[dict[str, Any]] = Field(min_length=1, description="UI messages")
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = None  # the transport's name

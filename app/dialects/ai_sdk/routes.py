@@ -60,7 +60,7 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
     """The chat's waiting run takes the answers of the last message, all or none; the rest of
     the run streams as the continuation of that message (``start`` with the same id)."""
     found = answers(body.messages[-1], f"messages[{len(body.messages) - 1}]")
-    record = await active_run(svc.backend, who.tenant, body.id)
+    record = await active_run(svc.backend, who, body.id)
     if record is None or record.status != "requires_action":
         raise ApiError(409, "not_waiting", "the chat has no run waiting for an answer")
     state = await svc.backend.parked_state(record.id)
@@ -94,11 +94,12 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
     if body.messages[-1].get("role") == "assistant":
         return await _answer_run(body, svc, who)
     messages, system = to_messages(body.messages)
-    options = body.run_options()
-    if system and not options.get("system"):
-        options["system"] = system
+    options, set_fields = body.run_options(), body.options_set()
+    if system and not options.get("system"):  # the page's system messages set it too
+        options["system"], set_fields = system, set_fields | {"system"}
     done = await submit(svc, turn(who, body.id, messages[-1], options,
-                                  _wire_name(len(body.messages) - 1)))
+                                  _wire_name(len(body.messages) - 1), agent=body.agent,
+                                  set_fields=set_fields))
     return ui_stream(svc.backend, done.run_id,
                      poll=poll_seconds(svc.settings.sse_ping_seconds),
                      cancel_on_disconnect=body.cancel_on_disconnect)
@@ -115,7 +116,7 @@ async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
     if not re.fullmatch(CHAT_ID, chat_id):
         raise ApiError(404, "not_found", "no such chat")
     after = parse_seq(last_event_id, "Last-Event-ID")
-    record = await active_run(svc.backend, who.tenant, chat_id)
+    record = await active_run(svc.backend, who, chat_id)
     if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),

@@ -1,18 +1,19 @@
 """The in-process backend: one process, nothing to install (the default without Redis).
 
 ``MemoryBackend`` is its four parts over one state (``app.store.memory.core``): runs, logs,
-cancel and dispatch (``runs``), queues (``queues``), parked runs (``parking``) and threads
-(``threads``, ``thread_reads``).
+cancel and dispatch (``runs``), queues (``queues``), parked runs (``parking``), threads
+(``threads``, ``thread_reads``) and agents (``agents``).
 """
 
 from __future__ import annotations
 
+from app.store.memory.agents import MemoryAgents
 from app.store.memory.parking import MemoryParking
 from app.store.memory.queues import MemoryQueues
 from app.store.memory.runs import MemoryRuns
 from app.store.memory.threads import MemoryThreads
 
 
-class MemoryBackend(MemoryThreads, MemoryParking, MemoryQueues, MemoryRuns):
+class MemoryBackend(MemoryThreads, MemoryParking, MemoryQueues, MemoryAgents, MemoryRuns):
     """The in-process ``Backend``. ``lease``: seconds a claim lasts without a heartbeat;
     ``run_ttl``: seconds a finished run is kept."""

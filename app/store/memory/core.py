@@ -18,7 +18,15 @@ from app.engine.events import ServiceEvent, encode_event_body, utc_now
 from app.engine.queues import QueuedMessage, QueueKind
 from app.store.errors import FencedOut, RunNotFound
 from app.store.live_feed import LiveFeeds
-from app.store.records import REQUIRES_ACTION, ParkedState, RunRecord, StoredEvent, now, with_seq
+from app.store.records import (
+    REQUIRES_ACTION,
+    AgentRecord,
+    ParkedState,
+    RunRecord,
+    StoredEvent,
+    now,
+    with_seq,
+)
 from app.store.thread_records import ThreadRecord
 from app.store.threads import DEFAULT_THREAD_TTL
 
@@ -94,6 +102,10 @@ class MemoryCore:
         self._cancel_events: dict[str, asyncio.Event] = {}
         self._parked: dict[str, ParkedState] = {}
         self._threads: dict[str, ThreadState] = {}
+        self._counters: dict[str, tuple[float, int]] = {}
+        self._agents: dict[tuple[str, str], list[AgentRecord]] = {}
+        """(tenant, name) → the agent's versions, oldest first."""
+        """key → (when its window ends, hits in it)."""
         self.feeds = LiveFeeds()
         """SSE subscribers' taps, handed each event's frame at append (``app.delivery.tap``)."""
 
@@ -201,5 +213,5 @@ def copy_thread(record: ThreadRecord) -> ThreadRecord:
     """A copy callers may change freely."""
     return ThreadRecord(id=record.id, tenant=record.tenant, created_at=record.created_at,
                         updated_at=record.updated_at, metadata=dict(record.metadata),
-                        active_run=record.active_run, next_run=record.next_run,
-                        runs=list(record.runs))
+                        owner=record.owner, active_run=record.active_run,
+                        next_run=record.next_run, runs=list(record.runs))

@@ -75,7 +75,7 @@ class MemoryRuns(MemoryCore):
         return found
 
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                        limit: int, cursor: str | None) -> RunPage:
+                        limit: int, cursor: str | None, owner: str | None = None) -> RunPage:
         """See ``Backend.list_runs`` (cursor: ``<created_at>|<id>`` of the last run shown)."""
         runs = [r for r in list(self._runs.values()) if r.tenant == tenant
                 and self._record(r.id) is not None]
@@ -85,7 +85,7 @@ class MemoryRuns(MemoryCore):
         for r in runs:
             if after is not None and (r.created_at, r.id) >= after:
                 continue
-            if matches(r, status, metadata):
+            if matches(r, status, metadata, owner):
                 page.append(copy_run(r))
                 if len(page) > limit:
                     break
@@ -243,3 +243,15 @@ class MemoryRuns(MemoryCore):
             state.taken.difference_update(q.id for q in state.inflight[kind])
             state.inflight[kind] = []
         return Claim(run_id=run_id, attempt=record.attempt, resumed=record.attempt > 1)
+
+    # -- counters -----------------------------------------------------------------------
+    async def count_hit(self, key: str, window: float) -> tuple[int, float]:
+        """See ``Counters.count_hit``."""
+        t = now()
+        ends, hits = self._counters.get(key, (0.0, 0))
+        if ends <= t:
+            ends, hits = t + window, 0
+            if len(self._counters) > 100_000:  # drop the windows that have ended
+                self._counters = {k: v for k, v in self._counters.items() if v[0] > t}
+        self._counters[key] = (ends, hits + 1)
+        return hits + 1, ends - t

@@ -9,7 +9,7 @@ import orjson
 
 from app.store.ids import thread_of_run
 from app.store.memory.core import MemoryCore, copy_thread
-from app.store.paging import make_cursor, parse_cursor, thread_matches
+from app.store.paging import make_cursor, matches, parse_cursor
 from app.store.thread_records import ThreadPage, ThreadRecord
 
 
@@ -22,14 +22,15 @@ class MemoryThreadReads(MemoryCore):
         return copy_thread(thread.record) if thread else None
 
     async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                           limit: int, cursor: str | None) -> ThreadPage:
+                           limit: int, cursor: str | None, owner: str | None = None
+                           ) -> ThreadPage:
         """See ``ThreadStore.list_threads``."""
         found = [t.record for t in list(self._threads.values())
                  if t.record.tenant == tenant and self._thread(t.record.id) is not None]
         found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         after = parse_cursor(cursor)
         page = [copy_thread(r) for r in found if (after is None or (r.created_at, r.id) < after)
-                and thread_matches(r, status, metadata)][:limit + 1]
+                and matches(r, status, metadata, owner)][:limit + 1]
         more = len(page) > limit
         page = page[:limit]
         return ThreadPage(threads=page, next_cursor=make_cursor(page[-1]) if more else None)

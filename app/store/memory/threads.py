@@ -59,8 +59,10 @@ class MemoryThreads(MemoryThreadReads):
         thread = self._thread(thread_id)
         if thread is None and post.create is not None:
             thread = self._threads[thread_id] = ThreadState(copy_thread(post.create))
-        if thread is None or thread.record.tenant != post.tenant:
+        if thread is None or thread.record.tenant != post.tenant or (
+                post.owner is not None and thread.record.owner != post.owner):
             raise ThreadNotFound(thread_id)
+        post.candidate.owner = thread.record.owner  # a thread's runs are its owner's
         key = post.idempotency_key
         if key is not None and key in thread.idem:
             digest, outcome = PostOutcome.decode(thread.idem[key])

@@ -21,6 +21,7 @@ reads block at most 1 s, well under the 5 s socket timeout.
 
 from __future__ import annotations
 
+from app.store.redis.agents import RedisAgents
 from app.store.redis.dispatch import RedisDispatch
 from app.store.redis.parking import RedisParking
 from app.store.redis.queues import RedisQueues
@@ -28,5 +29,6 @@ from app.store.redis.runs import RedisRuns
 from app.store.redis.threads import RedisThreads
 
 
-class RedisBackend(RedisThreads, RedisParking, RedisQueues, RedisDispatch, RedisRuns):
+class RedisBackend(RedisThreads, RedisParking, RedisQueues, RedisDispatch, RedisAgents,
+                   RedisRuns):
     """The Redis ``Backend`` (``RedisCore`` has its settings)."""

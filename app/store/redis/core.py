@@ -37,7 +37,8 @@ LEAN_SCRIPTS = True
 MAX_APPEND_TO = 10_000
 """Runs whose APPEND keys are kept (built from the run id per batch they cost ~2 µs)."""
 RUN_SCRIPTS = ("APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
-               "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE")
+               "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE", "COUNT_HIT",
+               "PUT_AGENT")
 THREAD_SCRIPTS = ("SETTLE", "POST", "DELETE")
 
 

@@ -157,3 +157,18 @@ def tenant_runs_key(tenant: str) -> str:
 def idempotency_key(tenant: str, key: str) -> str:
     """A tenant's Idempotency-Key."""
     return f"al:idem:{tenant}:{key}"
+
+
+def counter_key(key: str) -> str:
+    """A shared counter (``Counters.count_hit``), in a slot of its own."""
+    return f"al:{{count:{key}}}"
+
+
+def agents_key(tenant: str) -> str:
+    """The tenant's agents: name → latest version (the tenant's agent keys share a slot)."""
+    return f"al:{{agents:{tenant}}}:index"
+
+
+def agent_versions_key(tenant: str, name: str) -> str:
+    """One agent's versions, oldest first: ``<created_at>\\t<definition JSON>``."""
+    return f"al:{{agents:{tenant}}}:agent:{name}"

@@ -65,7 +65,7 @@ class RedisRuns(RedisCore):
                                   repr(record.created_at), record.id),
                                  ("XADD", keys.JOBS_STREAM, "*", "run", record.id))
         if seq_1 is not None:
-            self.fresh_runs.add(record.id, record.tenant, seq_1)
+            self.fresh_runs.add(record.id, record.tenant, seq_1, record.owner)
         return record, True
 
     async def _idempotent(self, record: RunRecord, key: str, body_hash: str) -> RunRecord | None:
@@ -87,7 +87,7 @@ class RedisRuns(RedisCore):
 
     @guard
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                        limit: int, cursor: str | None) -> RunPage:
+                        limit: int, cursor: str | None, owner: str | None = None) -> RunPage:
         """See ``Backend.list_runs``: walks the tenant's zset newest first, filtering."""
         zkey = keys.tenant_runs_key(tenant)
         after = parse_cursor(cursor)
@@ -103,7 +103,7 @@ class RedisRuns(RedisCore):
             for record in await self._records([r[0].decode() for r in rows], zkey):
                 if after is not None and (record.created_at, record.id) >= after:
                     continue
-                if matches(record, status, metadata) and len(page) <= limit:
+                if matches(record, status, metadata, owner) and len(page) <= limit:
                     page.append(record)
         more = len(page) > limit
         page = page[:limit]
@@ -209,6 +209,14 @@ class RedisRuns(RedisCore):
         finally:
             self.notifier.forget_cancel(run_id)
 
+
+    # -- counters -----------------------------------------------------------------------
+    @guard
+    async def count_hit(self, key: str, window: float) -> tuple[int, float]:
+        """See ``Counters.count_hit``: INCR, the window's expiry set by its first hit."""
+        hits, left = await self._run("COUNT_HIT", [keys.counter_key(key)],
+                                     [max(1, int(window * 1000))])
+        return int(hits), int(left) / 1000
 
 async def _quietly(check: Awaitable[bool]) -> bool:
     try:

@@ -289,3 +289,23 @@ end
 redis.call('HSET', run, 'status', '"queued"')
 return 1
 """
+
+# KEYS counter; ARGV window ms. Returns {hits in the window, ms until it ends}.
+COUNT_HIT = """
+local hits = redis.call('INCR', KEYS[1])
+if hits == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); left = tonumber(ARGV[1]) end
+return {hits, left}
+"""
+
+# -- agents (app.store.redis.agents) -------------------------------------------------------------
+
+# KEYS index, versions; ARGV name, entry, create ('1': refuse an existing agent).
+# Returns the new version, 0 when ``create`` found the agent.
+PUT_AGENT = """
+if ARGV[3] == '1' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local version = redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[1], version)
+return version
+"""

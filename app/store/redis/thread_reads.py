@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from app.store.ids import thread_of_run
-from app.store.paging import make_cursor, parse_cursor, thread_matches
+from app.store.paging import make_cursor, matches, parse_cursor
 from app.store.redis import keys
 from app.store.redis.core import RedisCore
 from app.store.redis.errors import guard
@@ -24,6 +24,7 @@ def _decode_thread(raw: dict[bytes, bytes], runs: list[bytes]) -> ThreadRecord |
                         created_at=float(text["created_at"]),
                         updated_at=float(text.get("updated_at") or text["created_at"]),
                         metadata=orjson.loads(text.get("metadata") or "{}"),
+                        owner=text.get("owner") or None,
                         active_run=text.get("active_run") or None,
                         next_run=text.get("next_run") or None,
                         runs=[r.decode() for r in runs])
@@ -41,7 +42,7 @@ def thread_fields(record: ThreadRecord) -> dict[Any, Any]:
     """A new idle thread's hash."""
     return {"id": record.id, "tenant": record.tenant, "created_at": repr(record.created_at),
             "updated_at": repr(record.updated_at), "metadata": orjson.dumps(record.metadata),
-            "active_run": "", "next_run": ""}
+            "owner": record.owner or "", "active_run": "", "next_run": ""}
 
 
 class RedisThreadReads(RedisCore):
@@ -82,7 +83,8 @@ class RedisThreadReads(RedisCore):
 
     @guard
     async def list_threads(self, tenant: str, *, status: str | None, metadata: dict[str, str],
-                           limit: int, cursor: str | None) -> ThreadPage:
+                           limit: int, cursor: str | None,
+                           owner: str | None = None) -> ThreadPage:
         """See ``ThreadStore.list_threads``: the tenant's zset newest first, filtered."""
         zkey = keys.tenant_threads_key(tenant)
         after = parse_cursor(cursor)
@@ -98,7 +100,7 @@ class RedisThreadReads(RedisCore):
             for record in await self._threads_of([r.decode() for r in rows], zkey):
                 if after is not None and (record.created_at, record.id) >= after:
                     continue
-                if thread_matches(record, status, metadata) and len(page) <= limit:
+                if matches(record, status, metadata, owner) and len(page) <= limit:
                     page.append(record)
         more = len(page) > limit
         page = page[:limit]

@@ -66,8 +66,10 @@ class RedisThreads(RedisThreadReads):
             created = record is None and post.create is not None
             if created:
                 record = post.create
-            if record is None or record.tenant != post.tenant:
+            if record is None or record.tenant != post.tenant or (
+                    post.owner is not None and record.owner != post.owner):
                 raise ThreadNotFound(thread_id)
+            post.candidate.owner = record.owner  # a thread's runs are its owner's
             status, payload, woken = await self._post_once(record, post, created=created)
             if status == "ok":
                 outcome = _outcome(payload)
