@@ -1,13 +1,13 @@
 """Agents: named, versioned run configurations defined on the server.
 
 An agent is the run options of ``POST /runs`` (``app.api.options``) under a ``name``, with a
-``description`` and the request fields a caller may still set (``overridable``; the input
-always, nothing else by default). Agents come from ``AGENTLOOP_AGENTS_FILE`` (YAML or JSON,
-``{"agents": [...]}``: every tenant's, read-only, version 0) or from the admin API (a
-tenant's own; every change a new version from 1, kept in the store). A run names one with
-``agent``; the pipeline (``app.api.pipeline``) then starts from the agent's options, lets
-the request set only what the agent leaves overridable (``403`` naming the field otherwise),
-and records the agent's name and version on the run.
+``description`` and the request fields a caller may still set (``overridable``; the input and a
+thread post's ``multitask`` always, nothing else by default). Agents come from
+``AGENTLOOP_AGENTS_FILE`` (YAML or JSON, ``{"agents": [...]}``: every tenant's, read-only,
+version 0) or from the admin API (a tenant's own; every change a new version from 1, kept in
+the store). A run names one with ``agent``; the pipeline (``app.api.pipeline``) then starts
+from the agent's options, lets the request set only what the agent leaves overridable (``403``
+naming the field otherwise), and records the agent's name and version on the run.
 
 Client tools are the one field with a middle ground: an agent's ``client_tools`` are the ones
 it accepts; a request may declare (a subset of) them by name, and they keep the agent's
@@ -30,6 +30,9 @@ from app.store.contract import AgentStore
 
 OPTION_FIELDS: tuple[str, ...] = tuple(RunOptions.model_fields)
 OVERRIDABLE = frozenset({"input", *OPTION_FIELDS})
+ALWAYS = frozenset({"input", "multitask"})
+"""What every request sets whatever the agent says: its message, and what that message does
+while the thread is busy."""
 
 
 class AgentSpec(RunOptions):
@@ -132,7 +135,7 @@ def apply(agent: ResolvedAgent, options: RunOptions, set_fields: frozenset[str])
     """The run options of a request to ``agent``: the agent's, with the fields the request
     set where the agent lets it (``403 field_locked`` naming the first it does not)."""
     spec = agent.spec
-    allowed = set(spec.overridable) | {"input"}
+    allowed = set(spec.overridable) | ALWAYS
     for name in OPTION_FIELDS:  # in the options' order: the first locked one is named
         if name in set_fields and name not in allowed and name != "client_tools":
             raise _locked(name, spec.name)

@@ -1,5 +1,6 @@
 // access.js: the playground's API calls as the person sees them: errors shown above the
-// composer, and the API key asked for when the service answers 401 (kept in sessionStorage).
+// composer, and the API key (or an end user's token) asked for when the service answers 401
+// (kept in sessionStorage).
 
 import {ApiError} from './agentloop.js';
 import {askKey} from './panels.js';
@@ -33,6 +34,12 @@ export class Access {
       this.showError(error);
       throw error;
     }
+  }
+
+  /** Whether the credential is an end user's token (a JWT: three dot-separated parts), not
+   * the tenant's API key: its runs name an agent and set only what the agent allows. */
+  endUser() {
+    return (this.client.apiKey ?? '').split('.').length === 3;
   }
 
   showError(error) {

@@ -43,10 +43,15 @@ class Playground {
    * the conversation (a thread: created with the first message). While a run is active,
    * `multitask` says what the message does to it: 'enqueue' (a follow-up) or 'steer'. */
   async create(text, multitask = 'enqueue') {
-    const body = {input: text, multitask,
-      metadata: {title: text.slice(0, 80), source: 'playground'}};
+    const body = {input: text, multitask};
+    const agent = $('agent').value.trim();
+    if (agent) body.agent = agent;                // its options; a request sets what it allows
+    // an agent (an end user's token always runs one) locks the rest unless it says otherwise
+    if (!agent && !this.access.endUser()) {
+      body.metadata = {title: text.slice(0, 80), source: 'playground'};
+    }
     const model = $('model').value.trim();
-    if (model) body.model = model;                // unset: the server's default model
+    if (model) body.model = model;                // unset: the server's (or agent's) default
     const tools = this.tools.chosen();
     if (tools) body.tools = tools;                // unset: the server's default menu
     if (!this.thread) {

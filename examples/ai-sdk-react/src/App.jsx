@@ -1,15 +1,30 @@
-// useChat against agentloop. The two lines that matter:
-//   const transport = new DefaultChatTransport({ api: `${API}/ai-sdk/chat` });
+// useChat against agentloop, from a page that holds no API key. The lines that matter:
+//   const transport = new DefaultChatTransport({ api: `${API}/ai-sdk/chat`, headers: bearer });
 //   const { messages, sendMessage } = useChat({ id, transport, resume: true });
-// `?api=` (or VITE_AGENTLOOP_URL at build time) is the server, `?key=` an API key if it has
-// any, `?chat=` the chat id (kept in the URL so a reload resumes the running answer).
+// `bearer` asks the app's own backend (server.mjs: `POST /api/token`) for the user's token and
+// renews it before it expires; the backend alone holds the API key. `?api=` (or
+// VITE_AGENTLOOP_URL at build time) is agentloop, `?token_url=` the token route (none: a
+// server without keys), `?renew_before=` seconds before expiry a token is renewed (60), and
+// `?chat=` the chat id (kept in the URL so a reload resumes the running answer).
 import { useChat } from '@ai-sdk/react';
 import { DefaultChatTransport, getToolName, isToolUIPart } from 'ai';
 import { useMemo, useState } from 'react';
 
 const params = new URLSearchParams(window.location.search);
 const API = params.get('api') ?? import.meta.env.VITE_AGENTLOOP_URL ?? 'http://127.0.0.1:8000';
-const KEY = params.get('key');
+const TOKEN_URL = params.get('token_url');
+const RENEW_BEFORE = Number(params.get('renew_before') ?? 60) * 1000;
+
+let token = null; // {token, expires_at}
+async function bearer() {
+  if (!TOKEN_URL) return {};
+  if (!token || Date.parse(token.expires_at) - Date.now() < RENEW_BEFORE) {
+    const resp = await fetch(TOKEN_URL, { method: 'POST' });
+    if (!resp.ok) throw new Error(`the token route answered ${resp.status}`);
+    token = await resp.json();
+  }
+  return { Authorization: `Bearer ${token.token}` };
+}
 
 function chatId() {
   if (!params.has('chat')) {
@@ -23,7 +38,7 @@ export function App() {
   const id = useMemo(chatId, []);
   const transport = useMemo(() => new DefaultChatTransport({
     api: `${API}/ai-sdk/chat`,
-    headers: KEY ? { Authorization: `Bearer ${KEY}` } : {},
+    headers: bearer, // called before every request: a fresh token when one is due
   }), []);
   const { messages, sendMessage, status, stop, error } = useChat({ id, transport, resume: true });
   const [input, setInput] = useState('');
