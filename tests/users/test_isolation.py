@@ -140,9 +140,16 @@ async def test_every_route_keeps_one_end_user_out_of_anothers(users: Users) -> N
         assert failures == []
         # the stream query parameter takes B's token, and keeps it to B's things too
         token = b.headers["Authorization"].removeprefix("Bearer ")
+        own = a.headers["Authorization"].removeprefix("Bearer ")
         async with httpx.AsyncClient(base_url=users.url) as anyone:
             for url in (f"/runs/{seen.run}/events", f"/threads/{seen.thread}/events"):
                 assert (await anyone.get(url, params={"token": token})).status_code == 404
+            # A's own token opens A's stream, as an EventSource would send it
+            async with anyone.stream("GET", f"/runs/{seen.run}/events",
+                                     params={"token": own}) as stream:
+                assert stream.status_code == 200
+                body = b"".join([chunk async for chunk in stream.aiter_bytes()])
+            assert b"event: agent_end" in body
         assert await snapshot(a, seen) == before  # nothing of A's changed
         # A still reaches all of it; the tenant's key too; the other tenant's key nothing
         for client, expected in ((a, 200), (users.admin, 200)):

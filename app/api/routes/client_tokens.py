@@ -21,7 +21,7 @@ router = APIRouter(tags=["client_tokens"], route_class=StrictJsonRoute)
 
 @router.post("/client_tokens", status_code=201, response_model=ClientToken,
              operation_id="createClientToken",
-             responses=documented(401, 403, 404, 413, 415, 422, 503))
+             responses=documented(400, 401, 403, 404, 413, 415, 422, 503))
 async def create_client_token(body: ClientTokenIn, svc: ServicesDep,
                               who: AdminDep) -> ClientToken:
     """A token for the end user ``subject`` (see the module docstring)."""
