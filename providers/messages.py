@@ -95,6 +95,9 @@ class UserMessage:
     role: Literal["user"] = "user"
     content: str | list[UserContent]
     timestamp: int = field(default_factory=_now_ms)
+    id: str | None = None
+    """The client's own id for the message (a toolkit's UI message id), kept with it so a
+    read of the conversation returns it; providers never see it."""
 
 
 @dataclass(slots=True, kw_only=True)

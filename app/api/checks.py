@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,6 +29,10 @@ from providers.messages import ImageContent, TextContent, UserMessage, dump_mess
 from tool_registry import Menu, MenuError, Registry, build_menu
 
 SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+
+MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+"""What a client's id of a user message may be (``UserMessage.id``)."""
 
 
 def invalid(field: str, problem: str) -> ApiError:
@@ -179,6 +184,8 @@ def normalise_input(value: str | list[dict[str, Any]]) -> str | list[dict[str, A
             raise validation_to_api(exc, f"input[{i}]") from exc
         if isinstance(message, UserMessage):
             check_user_content(message, f"input[{i}].content")
+            if message.id is not None and not MESSAGE_ID.fullmatch(message.id):
+                raise invalid(f"input[{i}].id", "must be 1 to 128 letters, digits or _.:-")
         out.append(dump_message(message))
     return out
 

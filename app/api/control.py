@@ -17,9 +17,12 @@ steps as cancel and steer here.)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import orjson
 
 from app.api.auth import Principal
 from app.api.checks import user_message
@@ -40,6 +43,10 @@ from app.telemetry.logs import bind
 from tool_registry import ArgumentError, Menu
 
 AnswerKind = Literal["approval", "client_tool"]
+PARK_WAIT = 5.0
+"""Seconds an answer that raced its run's park waits for it (``_once_parked``)."""
+PAGE = 200
+_REQUESTS = frozenset({"approval_requested", "client_tool_requested"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,7 +107,8 @@ async def answer(svc: Services, principal: Principal, run_id: str,
     """Record the answers to a parked run's picks, all or none (409 ``not_waiting``,
     ``unknown_call``, ``wrong_kind``, ``already_decided``; 422 for edited arguments the tool
     refuses or two answers to one call). The last answer wakes the run."""
-    record = await load_run(svc.backend, run_id, principal)
+    record = await _once_parked(svc, await load_run(svc.backend, run_id, principal),
+                                {a.tool_call_id for a in answers})
     if record.status != REQUIRES_ACTION:
         raise ApiError(409, "not_waiting", f"run {run_id} is {record.status}, not waiting "
                        "for a decision")
@@ -130,6 +138,35 @@ async def answer(svc: Services, principal: Principal, run_id: str,
             raise ApiError(409, exc.code, str(exc),
                            fields.get(exc.call_id or "", "tool_call_id")) from exc
     return await load_run(svc.backend, run_id, principal)
+
+
+async def _once_parked(svc: Services, record: RunRecord, call_ids: set[str]) -> RunRecord:
+    """The run as it is once parked, for an answer that raced the park: a client acting on
+    ``approval_requested`` / ``client_tool_requested`` the moment it arrives can reach here
+    while the worker is still writing the park (the events go out first, the status after).
+    Only a run whose latest events ask for one of ``call_ids``, not yet answered, is waited
+    for (woken by the
+    park's note, at most ``PARK_WAIT`` s); any other answers at once."""
+    if record.status not in ("queued", "running") or not call_ids:
+        return record
+    tail = await svc.backend.read_events(record.id, max(0, record.last_seq - PAGE), PAGE)
+    asked = {_call_id(e.data) for e in tail if e.type in _REQUESTS}
+    asked -= {_call_id(e.data) for e in tail if e.type == "approval_decided"}
+    if not asked & call_ids:
+        return record
+    loop = asyncio.get_running_loop()
+    deadline, last = loop.time() + PARK_WAIT, tail[-1].seq if tail else record.last_seq
+    while record.status in ("queued", "running") and loop.time() < deadline:
+        events = await svc.backend.wait_events(record.id, last, deadline - loop.time(),
+                                               parked=True)
+        last = events[-1].seq if events else last
+        record = await svc.backend.get_run(record.id) or record
+    return record
+
+
+def _call_id(data: bytes) -> str | None:
+    value = orjson.loads(data).get("tool_call_id")
+    return value if isinstance(value, str) else None
 
 
 def _waiting_call(calls: dict[str, dict[str, Any]], given: AnswerIn) -> dict[str, Any]:

@@ -6,6 +6,11 @@ Status codes: 400 malformed JSON or an unknown model/tool/toolset, 401 no or bad
 404 unknown run or route, 405 wrong method, 409 idempotency conflict / run ended / message taken,
 413 body too large, 415 not JSON, 422 a body or query field of the wrong shape (a missing
 ``input`` included), 503 the backend is unreachable (with ``Retry-After``).
+
+A door whose toolkit shows a refused request's body verbatim (the AI SDK's ``useChat`` puts it
+in ``error.message``) answers under its path prefix in **plain text** instead: the message as
+the body (it names the field), the code in ``x-agentloop-error-code`` and the field in
+``x-agentloop-error-field`` (``install_error_handlers(text_paths=...)``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from app.api.methods import allowed_methods
@@ -85,15 +90,50 @@ def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": _DOC[status]} for status in statuses}
 
 
+def documented_text(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``documented`` for a door that answers errors in plain text (the module docstring)."""
+    if 401 in statuses:
+        statuses = (*statuses, 429)
+    headers = {CODE_HEADER: {"description": "the error code", "schema": {"type": "string"}},
+               FIELD_HEADER: {"description": "the field at fault, when one is",
+                              "schema": {"type": "string"}}}
+    return {status: {"description": _DOC[status] + " (plain text: the message)",
+                     "content": {"text/plain": {"schema": {"type": "string"}}},
+                     "headers": headers} for status in statuses}
+
+
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
     """The API.md error object."""
     return {"error": {"code": code, "message": message, "field": field}}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """A JSON error response."""
-    return JSONResponse(error_body(code, message, field), status_code=status, headers=headers)
+                   headers: dict[str, str] | None = None, *, text: bool = False) -> Response:
+    """A JSON error response (``text``: the plain-text shape, see the module docstring)."""
+    if not text:
+        return JSONResponse(error_body(code, message, field), status_code=status,
+                            headers=headers)
+    return PlainTextResponse(text_message(message, field), status_code=status,
+                             headers={**(headers or {}), **text_headers(code, field)})
+
+
+CODE_HEADER, FIELD_HEADER = "x-agentloop-error-code", "x-agentloop-error-field"
+
+
+def text_message(message: str, field: str | None) -> str:
+    """The plain-text body: the message, naming the field if it does not already."""
+    return message if not field or field in message else f"{field}: {message}"
+
+
+def text_headers(code: str, field: str | None) -> dict[str, str]:
+    """The plain-text shape's headers: the code, and the field when there is one."""
+    return {CODE_HEADER: code, **({FIELD_HEADER: field} if field else {})}
+
+
+def wants_text(request: Request) -> bool:
+    """Whether the request came in by a door that answers errors in plain text."""
+    prefixes: tuple[str, ...] = getattr(request.app.state, "text_error_paths", ())
+    return request.url.path.startswith(prefixes) if prefixes else False
 
 
 _DISCRIMINATORS = frozenset({"user", "assistant", "tool_result", "text", "image", "thinking",
@@ -147,18 +187,20 @@ def _first_error(errors: Sequence[Any]) -> tuple[str, str, str | None]:
     return "validation_error", f"{field}: {message}" if field else message, field
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     code, message, field = _first_error(exc.errors())
-    return error_response(400 if code == "invalid_json" else 422, code, message, field)
+    return error_response(400 if code == "invalid_json" else 422, code, message, field,
+                          text=wants_text(request))
 
 
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message, exc.field, exc.extra_headers)
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.extra_headers,
+                          text=wants_text(request))
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = _HTTP_CODES.get(exc.status_code, "error")
     message = exc.detail if isinstance(exc.detail, str) else code
@@ -169,31 +211,37 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
         allowed = allowed_methods(request.app.routes, request.scope)
         headers["Allow"] = ", ".join(allowed)
         message = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
-    return error_response(exc.status_code, code, message, None, headers)
+    return error_response(exc.status_code, code, message, None, headers,
+                          text=wants_text(request))
 
 
-async def _backend_error(request: Request, exc: Exception) -> JSONResponse:
+async def _backend_error(request: Request, exc: Exception) -> Response:
+    text = wants_text(request)
     if isinstance(exc, RunNotFound):
-        return error_response(404, "run_not_found", "no such run")
+        return error_response(404, "run_not_found", "no such run", text=text)
     if isinstance(exc, IdempotencyConflict):
         return error_response(409, "idempotency_conflict", "this Idempotency-Key was used with "
-                              "a different request body", None)
+                              "a different request body", None, text=text)
     if isinstance(exc, QueueItemTaken):
-        return error_response(409, "message_taken", "the loop already took this message")
+        return error_response(409, "message_taken", "the loop already took this message",
+                              text=text)
     if isinstance(exc, RunEnded):
-        return error_response(409, "run_ended", "the run has ended")
+        return error_response(409, "run_ended", "the run has ended", text=text)
     log.warning("backend error on %s %s: %s", request.method, request.url.path, exc)
     return error_response(503, "backend_unavailable", "the run store is unavailable; retry",
-                          headers={"Retry-After": "1"})
+                          headers={"Retry-After": "1"}, text=text)
 
 
-async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(500, "internal_error", "internal server error")
+    return error_response(500, "internal_error", "internal server error",
+                          text=wants_text(request))
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Route every exception the app can see to the API.md error body."""
+def install_error_handlers(app: FastAPI, text_paths: tuple[str, ...] = ()) -> None:
+    """Route every exception the app can see to the API.md error body (plain text under
+    ``text_paths``, see the module docstring)."""
+    app.state.text_error_paths = text_paths
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)

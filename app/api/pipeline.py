@@ -39,7 +39,7 @@ from app.api.errors import ApiError
 from app.api.options import RunOptions
 from app.api.services import Services
 from app.engine.events import RunCreated, json_bytes
-from app.store.errors import ThreadNotFound
+from app.store.errors import NotLastReply, ThreadNotFound
 from app.store.ids import is_thread_id, new_message_id, new_run_id, new_thread_run_id
 from app.store.records import RunRecord
 from app.store.thread_records import DEFAULT_MULTITASK, PostOutcome, ThreadPost, ThreadRecord
@@ -76,6 +76,9 @@ class RunRequest:
     set_fields: frozenset[str] = frozenset()
     """The run options the caller set (an agent may lock them), as against defaults and what
     the door adds of its own (a chat's metadata)."""
+    replaces: str | None = None
+    """Regenerate: the thread's last run, whose reply the new run replaces (the thread must
+    be idle: 409 ``thread_busy``; another run: 409 ``not_last_reply``)."""
 
 
 @dataclass(slots=True)
@@ -214,9 +217,14 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
         outcome = await svc.backend.post_thread_run(thread_id, post)
     except ThreadNotFound as exc:
         raise thread_not_found(thread_id) from exc
+    except NotLastReply as exc:
+        raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
+                       f"of thread {thread_id}: only the last reply is regenerated") from exc
     if outcome.action == "rejected":
+        why = "a reply is regenerated once the thread is idle" if request.replaces else \
+            "multitask: reject"
         raise ApiError(409, "thread_busy", f"thread {thread_id} is busy with run "
-                       f"{outcome.run_id} (multitask: reject)", "multitask",
+                       f"{outcome.run_id} ({why})", "multitask",
                        headers={"Location": f"/runs/{outcome.run_id}"})
     if not outcome.repeat:
         if outcome.action in ("started", "interrupted"):
@@ -237,10 +245,12 @@ def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
                           created_at=time.time(), metadata=dict(options.metadata),
                           request=stored)
     digest = request_hash({"tenant": tenant, "thread": thread_id, "body": request.digest_of})
-    return ThreadPost(tenant=tenant, multitask=options.multitask or DEFAULT_MULTITASK,
+    multitask = "reject" if request.replaces else options.multitask or DEFAULT_MULTITASK
+    return ThreadPost(tenant=tenant, multitask=multitask,
                       candidate=candidate, first_event=RunCreated(model=run.model),
                       prompts=[json_bytes(m) for m in prompts],
                       message_ids=[new_message_id() for _ in prompts],
                       idempotency_key=request.idempotency_key, request_hash=digest,
-                      owner=request.principal.subject, create=request.new_thread)
+                      owner=request.principal.subject, create=request.new_thread,
+                      replaces=request.replaces)
 

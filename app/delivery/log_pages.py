@@ -51,12 +51,13 @@ async def run_ended(backend: Backend, run_id: str) -> bool:
 
 
 async def next_page(backend: Backend, run_id: str, after: int, poll: float,
-                    ended: bool) -> list[StoredEvent] | None:
-    """The events after ``after`` ([] after ``poll`` s of nothing); None once the run has ended
-    and its log is read (``ended``: it had, read without waiting)."""
+                    ended: bool, parked: bool = False) -> list[StoredEvent] | None:
+    """The events after ``after`` ([] after ``poll`` s of nothing, or as soon as the run is
+    parked if ``parked``); None once the run has ended and its log is read (``ended``: it
+    had, read without waiting)."""
     if ended:
         return await backend.read_events(run_id, after, PAGE) or None
-    events = await backend.wait_events(run_id, after, poll)
+    events = await backend.wait_events(run_id, after, poll, parked=parked)
     if events:
         return events[:PAGE]
     if await run_ended(backend, run_id):  # the status first, then what is left
@@ -66,11 +67,13 @@ async def next_page(backend: Backend, run_id: str, after: int, poll: float,
 
 async def log_pages(backend: Backend, run_id: str, after: int, *, poll: float,
                     ended: bool = False, first: list[StoredEvent] | None = None,
-                    follow: Callable[[str], Awaitable[None]] | None = None
+                    follow: Callable[[str], Awaitable[None]] | None = None,
+                    parked: Callable[[], bool] | None = None
                     ) -> AsyncIterator[list[StoredEvent]]:
     """See the module docstring (``first``: a page already read, yielded first; ``follow``:
     called before the first read, retried like a read: a live feed's subscription, so no
-    news is missed after the log is read)."""
+    news is missed after the log is read; ``parked``: whether the caller wants to hear of a
+    park now, an empty page then coming as soon as the run parks)."""
     last = after
     if first:
         yield first
@@ -83,7 +86,8 @@ async def log_pages(backend: Backend, run_id: str, after: int, *, poll: float,
             if follow is not None:
                 await follow(run_id)
                 follow = None
-            events = await next_page(backend, run_id, last, poll, ended)
+            events = await next_page(backend, run_id, last, poll, ended,
+                                     parked is not None and parked())
         except BackendError as exc:
             log.warning("event stream of %s: backend unavailable (%s); retrying", run_id, exc,
                         extra={"run_id": run_id})

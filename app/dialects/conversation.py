@@ -50,7 +50,7 @@ def chat_thread_id(tenant: str, chat_id: str, subject: str | None = None) -> str
 
 def turn(principal: Principal, chat_id: str, prompt: dict[str, Any], options: dict[str, Any],
          rename: Callable[[str], str], *, agent: str | None = None,
-         set_fields: frozenset[str] = frozenset()) -> RunRequest:
+         set_fields: frozenset[str] = frozenset(), replaces: str | None = None) -> RunRequest:
     """The run request for the chat's new user message ``prompt``: ``options`` are run
     options (``RunOptions`` fields; ``set_fields`` those the caller set), the chat's thread is
     created with the post if absent (the caller's if an end user). A malformed option is a 422
@@ -66,7 +66,16 @@ def turn(principal: Principal, chat_id: str, prompt: dict[str, Any], options: di
                           metadata={CHAT_ID_KEY: chat_id}, owner=principal.subject)
     return RunRequest(principal=principal, options=run_options, input=[prompt],
                       thread_id=thread_id, new_thread=thread, rename=rename, agent=agent,
-                      set_fields=set_fields)
+                      set_fields=set_fields, replaces=replaces)
+
+
+async def last_run(backend: Backend, who: Principal, chat_id: str) -> str | None:
+    """The id of the caller's chat's last run (None: no such chat, or no run yet)."""
+    thread_id = chat_thread_id(who.tenant, chat_id, who.subject)
+    record = await backend.get_thread(thread_id)
+    if record is None or not who.sees(record.tenant, record.owner, thread_id):
+        return None
+    return record.runs[-1] if record.runs else None
 
 
 async def active_run(backend: Backend, who: Principal, chat_id: str) -> RunRecord | None:

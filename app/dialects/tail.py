@@ -7,6 +7,8 @@ Timeline of one projected stream::
     run parked (requires_action) on picks the projector hands to its client, every event
         read ─▶ ``projector.pause()`` and ``finish()`` frames ─▶ close (the client answers
         in its next request; the run holds nothing while it waits)
+        (the park wakes the tail's wait: the stream ends within ms of the park, not after
+        its idle poll)
     nothing for ``poll`` s ─▶ ``: ping`` (a comment line: no parser dispatches it)
     backend down ─▶ ``: ping`` and retry with backoff (the response stays 200)
     client gone before the end ─▶ the run goes on (durable), unless ``cancel_on_disconnect``
@@ -73,7 +75,8 @@ async def projected_frames(backend: Backend, run_id: str, projector: Projector, 
     finished, last = False, 0
     metrics.SSE_SUBSCRIBERS.inc()
     try:
-        async for events in log_pages(backend, run_id, 0, poll=poll):
+        async for events in log_pages(backend, run_id, 0, poll=poll,
+                                      parked=projector.waits_on_client):
             if not events:
                 if await _parked_for_client(backend, run_id, projector, last):
                     finished = True

@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import Scope
 
 from app.api.body_guard import BodyGuard
-from app.api.errors import install_error_handlers
+from app.api.errors import CODE_HEADER, FIELD_HEADER, install_error_handlers
 from app.api.methods import HeadAsGet
 from app.api.openapi import install_contract
 from app.api.routes import (
@@ -44,9 +44,14 @@ from app.store.contract import Backend
 from app.telemetry.logs import RunLogContext, setup_logging
 
 API_DESCRIPTION = "Runs LLM tool-calling loops and streams them over server-sent events."
-EXPOSED_HEADERS = ["Location", "Retry-After", "WWW-Authenticate", "Allow"]
+EXPOSED_HEADERS = ["Location", "Retry-After", "WWW-Authenticate", "Allow", CODE_HEADER,
+                   FIELD_HEADER]
 """Response headers a cross-origin page may read (beyond the CORS-safelisted ones): the new
-run's ``Location``, ``Retry-After`` of a 503, the 401 challenge, a 405's ``Allow``."""
+run's ``Location``, ``Retry-After`` of a 503, the 401 challenge, a 405's ``Allow``, the code
+and field of a plain-text error."""
+TEXT_ERROR_PATHS = ("/ai-sdk/",)
+"""Doors whose toolkit shows an error's body verbatim: their errors are plain text
+(``app.api.errors``)."""
 
 
 def create_app(settings: Settings | None = None, *, backend: Backend | None = None,
@@ -65,7 +70,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     # /docs (Swagger UI) and /redoc from assets shipped in the package, never from a CDN
     app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
                          lifespan=lifespan)
-    install_error_handlers(app)
+    install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
     for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, health,
                    ai_sdk, ag_ui):
@@ -73,7 +78,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     if cfg.playground:
         app.include_router(playground.router)
     app.add_middleware(HeadAsGet, routes=app.routes)
-    app.add_middleware(BodyGuard, limit=cfg.max_body_bytes)
+    app.add_middleware(BodyGuard, limit=cfg.max_body_bytes, text_paths=TEXT_ERROR_PATHS)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
     _add_cors(app, cfg.cors_origin_list())
     app.add_middleware(StashServerSend)  # outermost of ours: app.delivery.server_send

@@ -118,8 +118,11 @@ class EventLog(Protocol):
         """``get_run`` and ``read_events`` in one store round trip (a stream's first page)."""
         ...
 
-    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
-        """Like ``read_events`` but waits up to ``timeout`` s for at least one event."""
+    async def wait_events(self, run_id: str, after: int, timeout: float, *,  # noqa: ASYNC109
+                          parked: bool = False) -> list[StoredEvent]:
+        """Like ``read_events`` but waits up to ``timeout`` s for at least one event; with
+        ``parked``, also returns ``[]`` as soon as the run is parked (``requires_action``: at
+        once if it is, else when it parks: a park wakes the run's readers)."""
         ...
 
 

@@ -7,6 +7,7 @@
     ├── ThreadNotFound        no such thread for this tenant (HTTP: 404)
     ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
     ├── AgentExists           an agent of that name exists already (HTTP: 409)
+    ├── NotLastReply          a regenerate names a run that is not its thread's last (409)
     └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
     DecisionRefused           an answer to a parked run that cannot be taken (HTTP: 409)
 """
@@ -38,6 +39,10 @@ class ThreadNotFound(BackendError):
 
 class AgentExists(BackendError):
     """An agent of that name exists already (creating it again)."""
+
+
+class NotLastReply(BackendError):
+    """A thread post replaces a run that is not the thread's last (``ThreadPost.replaces``)."""
 
 
 class QueueItemTaken(BackendError):

@@ -62,6 +62,9 @@ class RunRecord:
     """Consecutive attempts whose worker died without progress (``AGENTLOOP_MAX_ATTEMPTS``)."""
     owner: str | None = None
     """The end user (subject) whose run this is; None: the tenant's own (an API key's)."""
+    replaced_by: str | None = None
+    """A thread's reply another run replaced (a regenerated answer: ``ThreadPost.replaces``);
+    its messages left the thread's history."""
     cancel_requested: bool = False
     """Cancel was asked for when the record was read (the store keeps the flag itself:
     ``CancelSignal``; never written through the record)."""

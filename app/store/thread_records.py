@@ -72,6 +72,10 @@ class ThreadPost:
     create: ThreadRecord | None = None
     """Create the thread (this record) first when it does not exist, in the same step: a
     toolkit's first message of a chat (``app.dialects.conversation``)."""
+    replaces: str | None = None
+    """Regenerate: this run, the thread's last, ended, is replaced by the candidate in the
+    same step: its messages leave the history, it gets ``replaced_by`` (``NotLastReply``
+    when it is not the last run; ``rejected`` while the thread is busy)."""
 
 
 @dataclass(slots=True, kw_only=True)

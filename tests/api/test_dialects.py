@@ -73,7 +73,7 @@ async def test_one_run_through_three_views(api: Api) -> None:
     GATE.set()
     chunks, frames, events = await asyncio.wait_for(asyncio.gather(ai_sdk, native, ag_ui), 60)
     assert chunks[0] == {"type": "start", "messageId": run_id,
-                         "messageMetadata": {"run_id": run_id,
+                         "messageMetadata": {"run_id": run_id, "model": "fake:test",
                                              "events_url": f"/runs/{run_id}/events"}}
     assert chunks[-1]["type"] == "finish" and frames[-1].event == "agent_end"
     typed = [EVENT.validate_python(e) for e in events]

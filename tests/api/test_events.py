@@ -124,10 +124,10 @@ class FlakyBackend(MemoryBackend):
             raise BackendError("down")
         return await super().read_events(run_id, after, limit)
 
-    async def wait_events(self, run_id, after, timeout):  # noqa: ASYNC109
+    async def wait_events(self, run_id, after, timeout, *, parked=False):  # noqa: ASYNC109
         if self.down:
             raise BackendError("down")
-        return await super().wait_events(run_id, after, timeout)
+        return await super().wait_events(run_id, after, timeout, parked=parked)
 
 
 async def test_stream_survives_a_backend_outage() -> None:

@@ -197,3 +197,53 @@ async def _race(backend: Backend, n: int, rival: str) -> tuple[bool, bool]:
 async def test_an_answer_racing_a_rival_comes_out_one_way(backend: Backend, rival: str) -> None:
     outcomes = [await _race(backend, n, rival) for n in range(TRIALS)]
     assert {won for won, _ in outcomes} == {True, False}  # both sides won some trials
+
+
+async def test_a_park_wakes_the_runs_readers(backend: Backend) -> None:
+    """A reader waiting on the log wakes at the park (no event is added, the status changed):
+    a dialect's stream ends there instead of after its idle poll (issue 30's 5 s stall)."""
+    record = RunRecord(id=f"run_wake_{time.time_ns()}", tenant="t", created_at=time.time())
+    await backend.create_run(record)
+    [claim] = await backend.claim_many("w", 5.0, 1)
+    last = (await backend.get_run(claim.run_id) or record).last_seq
+    reader = asyncio.create_task(backend.wait_events(claim.run_id, last, 3600, parked=True))
+    await asyncio.sleep(0.05)  # the reader waits (or, on a slow machine, sees the park)
+    assert not reader.done()
+    assert await backend.park(claim.run_id, claim.attempt, CALLS, None)
+    assert await asyncio.wait_for(reader, 30) == []
+    assert (await backend.get_run(claim.run_id)).status == "requires_action"  # type: ignore[union-attr]
+
+
+class _Waiting:
+    """A projector whose client answers every pick (as a dialect's with a pending approval)."""
+
+    def feed(self, event: dict[str, object]) -> list[bytes]:
+        return [b"e"]
+
+    def finish(self) -> list[bytes]:
+        return [b"done"]
+
+    def waits_on_client(self) -> bool:
+        return True
+
+    def pause(self) -> list[bytes]:
+        return [b"pause"]
+
+
+async def test_a_projected_stream_ends_at_the_park_not_at_its_poll(backend: Backend) -> None:
+    """The dialects' tail, idle with a poll of an hour, ends when the run parks."""
+    from app.dialects.tail import projected_frames
+
+    record = RunRecord(id=f"run_tail_{time.time_ns()}", tenant="t", created_at=time.time())
+    await backend.create_run(record)
+    [claim] = await backend.claim_many("w", 5.0, 1)
+    rest = asyncio.create_task(_drain(projected_frames(backend, claim.run_id, _Waiting(),
+                                                       poll=3600)))
+    await asyncio.sleep(0.05)  # the tail reads the empty log and waits (nothing ends it)
+    assert not rest.done()
+    assert await backend.park(claim.run_id, claim.attempt, CALLS, None)
+    assert await asyncio.wait_for(rest, 30) == [b"pause", b"done"]
+
+
+async def _drain(frames: AsyncIterator[bytes]) -> list[bytes]:
+    return [f async for f in frames]

@@ -140,3 +140,51 @@ async def test_a_steer_or_cancel_while_the_run_parks_is_never_lost(api: Api, riv
     api.fake.repeat = True
     for _ in range(max(TRIALS // 4, 1)):
         await _while_parking(api, rival)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def idle_api(request: pytest.FixtureRequest) -> Any:
+    """The server without a worker (the test plays the worker), over each backend."""
+    from app.store import make_backend
+    from tests.api.conftest import serve
+
+    backend = None
+    if request.param == "redis":
+        backend = make_backend(request.getfixturevalue("redis_url"), lease=5.0, run_ttl=3600)
+    async with serve(backend=backend, worker=False) as running:
+        yield running
+
+
+async def _requested_not_parked(api: Api, call_id: str) -> tuple[str, int]:
+    """A run whose worker wrote ``approval_requested`` for ``call_id`` and has not parked yet:
+    (run id, attempt)."""
+    from app.engine.events import ApprovalRequested
+    from tests.api.test_events import append
+
+    run = await api.create(input="go", tools=["hitl_delete"], approval=["hitl_delete"])
+    claim = await api.call(api.backend.claim("w", 5.0))
+    await append(api, run["id"], ApprovalRequested(tool_call_id=call_id, tool_name="hitl_delete",
+                                                    args={"path": "p"}))
+    return run["id"], claim.attempt
+
+
+async def test_an_answer_racing_the_park_waits_for_it(idle_api: Api) -> None:
+    """A client answering the moment ``approval_requested`` reaches it (the status is written
+    after the event) gets its 202 once the run parks, not a 409 ``not_waiting``."""
+    run_id, attempt = await _requested_not_parked(idle_api, "c1")
+    answer = asyncio.create_task(decide(idle_api, run_id, "c1"))
+    await asyncio.sleep(0.1)  # the answer is in: it waits for the park (nothing else ends it)
+    assert not answer.done()
+    calls = [{"tool_call_id": "c1", "tool_name": "hitl_delete", "args": {"path": "p"},
+              "kind": "approval", "index": 0}]
+    assert await idle_api.call(idle_api.backend.park(run_id, attempt, calls, None))
+    resp = await asyncio.wait_for(answer, 30)
+    assert resp.status_code == 202, resp.text
+    assert (await idle_api.get(run_id))["status"] == "queued"  # woken by its last answer
+
+
+async def test_an_answer_to_a_call_the_log_never_asked_for_is_refused_at_once(
+        idle_api: Api) -> None:
+    run_id, _ = await _requested_not_parked(idle_api, "c1")
+    resp = await asyncio.wait_for(decide(idle_api, run_id, "c2"), 5)  # no 5 s park wait
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "not_waiting"

@@ -12,6 +12,7 @@ import orjson
 
 from app.engine.events import AgentEnd, RunCreated, encode_event_body, json_bytes, utc_now
 from app.store import Backend
+from app.store.errors import NotLastReply
 from app.store.ids import new_thread_id, new_thread_run_id
 from app.store.records import EventBatch, RunRecord
 from app.store.thread_records import ThreadPost, ThreadRecord
@@ -289,3 +290,39 @@ async def test_racing_creators_of_one_thread_id_store_it_once(backend: Backend) 
     listed = await store.list_threads("t", status=None, metadata={"chat_id": "c"}, limit=5,
                                       cursor=None)
     assert [t.id for t in listed.threads] == [thread_id]
+
+
+async def test_a_post_replacing_the_last_reply_drops_it_from_the_history(
+        backend: Backend) -> None:
+    """Regenerate (``ThreadPost.replaces``): the last run's messages leave the history in the
+    same step that starts the new run; the old run stays, marked ``replaced_by``."""
+    thread_id = await new_thread(backend)
+    first = await backend.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    await end_run(backend, first.run_id, "u:one", "reply one")
+    second = await backend.post_thread_run(thread_id, make_post(thread_id, "u:two"))
+    await end_run(backend, second.run_id, "u:two", "reply two")
+    busy = make_post(thread_id, "u:two", multitask="reject")
+    busy.replaces = first.run_id  # not the last run
+    try:
+        await backend.post_thread_run(thread_id, busy)
+        raise AssertionError("an older run was replaced")
+    except NotLastReply:
+        pass
+    assert contents(await backend.thread_messages(thread_id)) == [
+        "u:one", "reply one", "u:two", "reply two"]  # nothing changed
+    again = make_post(thread_id, "u:two", multitask="reject")
+    again.replaces = second.run_id
+    outcome = await backend.post_thread_run(thread_id, again)
+    assert outcome.action == "started"
+    history, prompts = await backend.thread_run_inputs(outcome.run_id)
+    assert contents(history) == ["u:one", "reply one"] and contents(prompts) == ["u:two"]
+    old = await backend.get_run(second.run_id)
+    assert old is not None and old.replaced_by == outcome.run_id and old.status == "completed"
+    thread = await backend.get_thread(thread_id)
+    assert thread is not None and thread.runs == [first.run_id, second.run_id, outcome.run_id]
+    late = make_post(thread_id, "u:three", multitask="reject")
+    late.replaces = outcome.run_id  # still running: the thread is busy
+    assert (await backend.post_thread_run(thread_id, late)).action == "rejected"
+    await end_run(backend, outcome.run_id, "u:two", "reply two again")
+    assert contents(await backend.thread_messages(thread_id)) == [
+        "u:one", "reply one", "u:two", "reply two again"]

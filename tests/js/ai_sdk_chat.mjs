@@ -3,9 +3,10 @@
 // and readUIMessageStream (the UIMessage it builds). Prints JSON:
 //   node ai_sdk_chat.mjs '<spec>'
 //   spec: {api, action: "send" | "resume", chatId, messages?, body?, headers?, stopAfter?,
-//          message? (the assistant message a continuation extends)}
+//          message? (the assistant message a continuation extends), trigger?, messageId?}
 //   autoSend: whether useChat's sendAutomaticallyWhen helpers would send `messages` now
-//   out:  {stream: "none" (204 on resume) | "read", chunks: [...], message, errors: [...]}
+//   out:  {stream: "none" (204 on resume) | "read" | "refused", chunks: [...], message,
+//          errors: [...], thrown: the refused request's error.message (else null)}
 // Driven by tests/js/test_ai_sdk.py against a live server.
 import {
   DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses,
@@ -24,12 +25,21 @@ if (spec.messages) {
   };
 }
 
-const stream = spec.action === 'resume'
-  ? await transport.reconnectToStream({ chatId: spec.chatId })
-  : await transport.sendMessages({ chatId: spec.chatId, messages: spec.messages,
-                                   trigger: 'submit-message', messageId: undefined,
-                                   abortSignal: abort.signal });
-if (stream === null) {
+let stream = null;
+out.thrown = null;
+try {
+  stream = spec.action === 'resume'
+    ? await transport.reconnectToStream({ chatId: spec.chatId })
+    : await transport.sendMessages({ chatId: spec.chatId, messages: spec.messages,
+                                     trigger: spec.trigger ?? 'submit-message',
+                                     messageId: spec.messageId, abortSignal: abort.signal });
+} catch (err) {
+  out.thrown = String(err.message ?? err); // what useChat shows as error.message
+  out.stream = 'refused';
+}
+if (out.thrown !== null) {
+  // nothing to read
+} else if (stream === null) {
   out.stream = 'none';
 } else {
   const [forChunks, forMessage] = stream.tee();

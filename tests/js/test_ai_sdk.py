@@ -197,23 +197,41 @@ async def test_stop_leaves_the_run_running_unless_asked_to_cancel(api: Api) -> N
     assert run["stop_reason"] == "aborted"
 
 
-async def test_bad_requests_name_the_field(api: Api) -> None:
+async def test_bad_requests_name_the_field_in_plain_text(api: Api) -> None:
+    """The SDK shows a refused request's body verbatim as ``error.message``: the message (with
+    the field) is the body, the code and field are headers."""
     async def post(body: dict[str, Any]) -> httpx.Response:
         return await api.client.post("/ai-sdk/chat", json=body)
 
-    last_assistant = await post({"id": "c", "messages": [
-        user("hi"), {"id": "a", "role": "assistant", "parts": []}]})
-    assert last_assistant.status_code == 422
-    assert last_assistant.json()["error"]["field"] == "messages[1].role"
-    unknown = await post({"id": "c", "messages": [user("hi")], "tools": ["nope"]})
-    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "tools[0]"
-    image = await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
-        {"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}]}]})
-    assert image.json()["error"]["field"] == "messages[0].parts[0].url"
-    assert (await post({"id": "../x", "messages": [user("hi")]})).status_code == 422
-    again = await post({"id": "c", "messages": [user("hi")], "trigger": "regenerate-message"})
-    assert again.status_code == 422 and again.json()["error"]["field"] == "trigger"
+    def refused(resp: httpx.Response, status: int, code: str, field: str | None) -> None:
+        assert resp.status_code == status, resp.text
+        assert resp.headers["content-type"].startswith("text/plain")
+        assert resp.headers["x-agentloop-error-code"] == code
+        assert resp.headers.get("x-agentloop-error-field") == field
+        assert not resp.text.startswith("{") and (field is None or field in resp.text)
+
+    refused(await post({"id": "c", "messages": [user("hi"), {"id": "a", "role": "assistant",
+                                                             "parts": []}]}),
+            422, "validation_error", "messages[1].role")
+    refused(await post({"id": "c", "messages": [user("hi")], "tools": ["nope"]}),
+            400, "unknown_tool", "tools[0]")
+    refused(await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
+        {"type": "file", "mediaType": "image/png", "url": "javascript:alert(1)"}]}]}),
+        422, "validation_error", "messages[0].parts[0].url")
+    refused(await post({"id": "../x", "messages": [user("hi")]}), 422, "validation_error", "id")
+    refused(await api.client.post("/ai-sdk/chat", content=b"{", headers={
+        "content-type": "application/json"}), 400, "invalid_json", None)
+    refused(await api.client.post("/ai-sdk/chat", content=b"x", headers={
+        "content-type": "text/plain"}), 415, "unsupported_media_type", None)
     assert (await api.client.get("/ai-sdk/chat/no-such-chat/stream")).status_code == 204
+    native = await api.client.post("/runs", json={"input": "hi", "tools": ["nope"]})
+    assert native.json()["error"]["field"] == "tools[0]"  # other doors keep the JSON body
+
+
+async def test_the_sdk_shows_the_refusal_as_its_error_message(api: Api) -> None:
+    out = await chat(api, "chat-refused", [user("hi")], body={"tools": ["nope"]})
+    assert out["errors"] == [] and out["thrown"] is not None
+    assert out["thrown"].startswith("tools[0]") and "nope" in out["thrown"]
 
 
 @function(toolsets=["aisdk_testing"], approval=True)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.control.conftest import TOOLSET
+from tests.support.errors import api_error
 from tests.users.conftest import Users
 from tests.users.test_isolation import wait_status
 
@@ -19,7 +20,7 @@ async def test_file_agents_are_listed_and_read_only(users: Users) -> None:
     assert files["support"]["version"] == 0
     assert files["support"]["definition"]["approval"] == ["table_guarded"]
     put = await users.admin.put("/agents/support", json={"name": "support"})
-    assert put.status_code == 409 and put.json()["error"]["code"] == "agent_read_only"
+    assert put.status_code == 409 and api_error(put)["code"] == "agent_read_only"
     assert (await users.admin.delete("/agents/support")).status_code == 409
     taken = await users.admin.post("/agents", json={"name": "support"})
     assert taken.status_code == 409
@@ -32,7 +33,7 @@ async def test_api_agents_are_versioned_and_runs_record_the_version(users: Users
     assert created.status_code == 201, created.text
     assert created.json()["version"] == 1 and created.headers["Location"] == f"/agents/{name}"
     again = await users.admin.post("/agents", json={"name": name})
-    assert again.status_code == 409 and again.json()["error"]["code"] == "agent_exists"
+    assert again.status_code == 409 and api_error(again)["code"] == "agent_exists"
     v2 = await users.admin.put(f"/agents/{name}", json={
         "name": name, "model": "fake:test", "toolset": "none", "system": "v2"})
     assert v2.status_code == 200 and v2.json()["version"] == 2
@@ -49,7 +50,7 @@ async def test_api_agents_are_versioned_and_runs_record_the_version(users: Users
     assert (await users.admin.delete(f"/agents/{name}")).status_code == 204
     assert (await users.admin.get(f"/agents/{name}")).status_code == 404
     gone = await users.admin.post("/runs", json={"agent": name, "input": "x"})
-    assert gone.status_code == 404 and gone.json()["error"] == {
+    assert gone.status_code == 404 and api_error(gone) == {
         "code": "agent_not_found", "message": f"no agent {name!r}", "field": "agent"}
 
 
@@ -64,7 +65,7 @@ async def test_an_agent_is_checked_as_a_run_is(users: Users, definition: dict[st
                                                status: int, field: str) -> None:
     resp = await users.admin.post("/agents", json={"name": "checked", **definition})
     assert resp.status_code == status, resp.text
-    assert resp.json()["error"]["field"] == field
+    assert api_error(resp)["field"] == field
 
 
 def ui(text: str) -> list[dict[str, Any]]:
@@ -89,7 +90,7 @@ async def test_a_locked_field_is_403_at_every_door(users: Users) -> None:
         ]
         for field, resp in tries:
             assert resp.status_code == 403, resp.text
-            assert resp.json()["error"] == {"code": "field_locked", "field": field, "message": (
+            assert api_error(resp) == {"code": "field_locked", "field": field, "message": (
                 f"{field}: agent 'support' does not let a request set this")}
         assert (await e.get("/runs")).json()["runs"] == []  # nothing started
     async with users.client(await users.token("f", agents=["open"])) as f:
@@ -107,17 +108,17 @@ async def test_what_an_end_users_token_grants(users: Users) -> None:
         assert run["agent"] == "support"
         await wait_status(one, run["id"], "requires_action")  # the agent's approval holds
         other = await one.post("/runs", json={"agent": "open", "input": "hi"})
-        assert other.status_code == 403 and other.json()["error"]["field"] == "agent"
-        assert other.json()["error"]["code"] == "agent_not_granted"
+        assert other.status_code == 403 and api_error(other)["field"] == "agent"
+        assert api_error(other)["code"] == "agent_not_granted"
         missing = await one.post("/runs", json={"agent": "nobody", "input": "hi"})
         assert missing.status_code == 403
     async with users.client(await users.token("g", agents=["support", "open"])) as two:
         resp = await two.post("/runs", json={"input": "hi"})
-        assert resp.status_code == 422 and resp.json()["error"]["field"] == "agent"
-        assert "open, support" in resp.json()["error"]["message"]
+        assert resp.status_code == 422 and api_error(resp)["field"] == "agent"
+        assert "open, support" in api_error(resp)["message"]
     async with users.client(await users.token("g")) as every:
         resp = await every.post("/runs", json={"input": "hi"})
-        assert resp.status_code == 422 and resp.json()["error"]["field"] == "agent"
+        assert resp.status_code == 422 and api_error(resp)["field"] == "agent"
         assert (await every.post("/runs", json={"agent": "strict", "input": "hi"})
                 ).status_code == 201
     raw = await users.admin.post("/runs", json={"input": "say raw", "toolset": TOOLSET})
@@ -126,11 +127,11 @@ async def test_what_an_end_users_token_grants(users: Users) -> None:
 
 async def test_a_token_names_known_agents_and_expires(users: Users) -> None:
     bad = await users.admin.post("/client_tokens", json={"subject": "h", "agents": ["nobody"]})
-    assert bad.status_code == 404 and bad.json()["error"]["field"] == "agents[0]"
+    assert bad.status_code == 404 and api_error(bad)["field"] == "agents[0]"
     minted = (await users.admin.post("/client_tokens", json={"subject": "h", "ttl": 60})).json()
     assert minted["subject"] == "h" and minted["agents"] is None
     assert minted["expires_at"].endswith("Z")
     too_long = await users.admin.post("/client_tokens", json={"subject": "h", "ttl": 90_000})
-    assert too_long.status_code == 422 and too_long.json()["error"]["field"] == "ttl"
+    assert too_long.status_code == 422 and api_error(too_long)["field"] == "ttl"
     async with users.client("not.a.token") as nobody:
         assert (await nobody.get("/runs")).status_code == 401

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from tests.control.conftest import CLIENT_TOOL
+from tests.support.errors import api_error
 from tests.users.conftest import Users
 
 
@@ -76,7 +77,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("post", "/threads/{thread_id}/runs"): "404", ("get", "/threads/{thread_id}/events"): "404",
     # a toolkit's chat id names the caller's own chat: B's "chat-a" is not A's
     ("get", "/ai-sdk/chat/{chat_id}/stream"): "own", ("get", "/ag-ui/threads/{thread_id}/stream"):
-        "own",
+        "own", ("get", "/ai-sdk/chat/{chat_id}/messages"): "own",
     ("post", "/ai-sdk/chat"): "own", ("post", "/ag-ui"): "own",
     # lists: B's own only; creating: B's own
     ("get", "/runs"): "list", ("get", "/threads"): "list", ("post", "/runs"): "own",
@@ -188,6 +189,8 @@ async def check(b: httpx.AsyncClient, method: str, url: str, rule: str,
         assert resp.status_code in (200, 201, 204), f"{resp.status_code} {resp.text[:200]}"
         if method == "post" and url in ("/runs", "/threads"):
             assert resp.json()["id"] not in {seen.run, seen.parked, seen.thread}
+        if url.endswith("/messages"):  # B's chat of that id has nothing (A's has)
+            assert resp.json() == [], resp.text[:200]
     else:
         raise AssertionError(f"unknown rule {rule}")
 
@@ -213,9 +216,9 @@ async def test_client_tool_declared_by_an_end_user_must_be_the_agents(users: Use
         assert ok.status_code == 201, ok.text
         stray = {**CLIENT_TOOL, "name": "format_disk"}
         resp = await d.post("/runs", json={"input": "x", "client_tools": [CLIENT_TOOL, stray]})
-        assert resp.status_code == 403 and resp.json()["error"]["field"] == "client_tools[1]"
+        assert resp.status_code == 403 and api_error(resp)["field"] == "client_tools[1]"
         run = await wait_status(d, ok.json()["id"], "requires_action")
         assert run["pending"][0]["tool_name"] == CLIENT_TOOL["name"]
     async with users.client(await users.token("d", agents=["support"])) as d:
         resp = await d.post("/runs", json={"input": "x", "client_tools": [CLIENT_TOOL]})
-        assert resp.status_code == 403 and resp.json()["error"]["field"] == "client_tools[0]"
+        assert resp.status_code == 403 and api_error(resp)["field"] == "client_tools[0]"

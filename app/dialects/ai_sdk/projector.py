@@ -59,7 +59,12 @@ def chunk_frame(seq: int, chunk: dict[str, Any]) -> bytes:
 class UIMessageProjector:
     """Native events (in log order) → UI message stream frames; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, client_tools: frozenset[str] = frozenset()) -> None:
+        self._client_tools = client_tools
+        """The run's client tools: their parts alone lack ``providerExecuted`` (the page runs
+        them, so the SDK calls ``onToolCall`` for them only)."""
+        self._model = ""
+        self._steps: list[dict[str, Any]] = []  # per-step metadata: turn, model, usage
         self._seq = 0
         self._turn = 0
         self._open: dict[int, tuple[str, str]] = {}  # content_index → (kind, part id)
@@ -80,10 +85,14 @@ class UIMessageProjector:
 
     def feed(self, event: dict[str, Any]) -> list[bytes]:
         """The frames of one event."""
+        return [self._frame(c) for c in self.chunks(event)]
+
+    def chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The chunks of one event (``feed`` without the framing)."""
         self._seq = int(event.get("seq", self._seq))
         if event.get("depth"):
-            return [self._frame(c) for c in self._nested_event(event)]
-        return [self._frame(c) for c in self._chunks(event)]
+            return self._nested_event(event)
+        return self._chunks(event)
 
     def finish(self) -> list[bytes]:
         """``[DONE]`` (the SDK's end of stream)."""
@@ -95,11 +104,14 @@ class UIMessageProjector:
 
     def pause(self) -> list[bytes]:
         """The end of this response while the run waits (the SDK's tool-call finish)."""
-        meta = {"run_id": self._run_id, "stop_reason": "requires_action"}
-        chunks = [*self._settle(), *self._unheld(), *self._close_blocks(),
-                  {"type": "finish", "finishReason": "tool-calls",
-                                          "messageMetadata": meta}]
-        return [self._frame(c) for c in chunks]
+        return [self._frame(c) for c in self.pause_chunks()]
+
+    def pause_chunks(self) -> list[dict[str, Any]]:
+        """``pause`` without the framing."""
+        meta = {"run_id": self._run_id, "stop_reason": "requires_action",
+                "usage": self._usage(), "model": self._model}
+        return [*self._settle(), *self._unheld(), *self._close_blocks(),
+                {"type": "finish", "finishReason": "tool-calls", "messageMetadata": meta}]
 
     def _frame(self, chunk: dict[str, Any]) -> bytes:
         return chunk_frame(self._seq, chunk)
@@ -109,8 +121,9 @@ class UIMessageProjector:
         if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
             return self._hitl(event)
         if kind == "run_created":
-            self._run_id = event["run_id"]
-            meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events"}
+            self._run_id, self._model = event["run_id"], str(event.get("model") or "")
+            meta = {"run_id": event["run_id"], "events_url": f"/runs/{event['run_id']}/events",
+                    "model": self._model}
             return [{"type": "start", "messageId": event["run_id"], "messageMetadata": meta}]
         if kind == "run_resumed":
             return self._resumed()
@@ -118,7 +131,7 @@ class UIMessageProjector:
             self._turn = int(event["turn"])
             return [{"type": "start-step"}]
         if kind == "turn_end":
-            return [{"type": "finish-step"}]
+            return self._step_end(event)
         if kind == "message_start":
             return self._message_start(event["message"])
         if kind == "message_update":
@@ -129,12 +142,43 @@ class UIMessageProjector:
             return self._announce(event["tool_call_id"], event["tool_name"], event["args"])
         if kind == "tool_execution_update":
             return [{"type": "tool-output-available", "toolCallId": event["tool_call_id"],
-                     "output": event["partial_result"], "preliminary": True}]
+                     "output": event["partial_result"], "preliminary": True,
+                     **self._server(str(event.get("tool_name")))}]
         if kind == "tool_execution_end":
             return self._tool_end(event)
         if kind == "agent_end":
             return self._end(event)
         return []  # run_resumed, agent_start, queue notices: nothing to show
+
+    def _step_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """``finish-step``, and the step's model and usage added to the message metadata
+        (``steps``: one entry per step so far; ``usage``: their sum)."""
+        reply = event.get("message") or {}
+        step = {"turn": self._turn, "model": reply.get("model") or self._model,
+                "usage": reply.get("usage") or {}}
+        self._steps.append(step)
+        return [{"type": "finish-step", **step},
+                {"type": "message-metadata", "messageMetadata": {
+                    "steps": list(self._steps), "usage": self._usage()}}]
+
+    def _usage(self) -> dict[str, Any]:
+        """The steps' usage summed, field by field (numbers only)."""
+        total: dict[str, Any] = {}
+        for step in self._steps:
+            for key, value in step["usage"].items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    total[key] = total.get(key, 0) + value
+                elif isinstance(value, dict):  # e.g. cost {input, output, total}
+                    inner = total.setdefault(key, {})
+                    for k, v in value.items():
+                        if isinstance(v, int | float) and not isinstance(v, bool):
+                            inner[k] = inner.get(k, 0) + v
+        return total
+
+    def _server(self, name: str) -> dict[str, Any]:
+        """``providerExecuted`` for a server tool's chunks: the service runs it, not the page
+        (a client tool's chunks have none)."""
+        return {} if name in self._client_tools else {"providerExecuted": True}
 
     def _message_start(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         """A user message after the first reply is a steering or follow-up message."""
@@ -164,7 +208,7 @@ class UIMessageProjector:
             self._cut.discard(call_id)
             self._streaming[call_id] = delta["tool_name"]
             return [{"type": "tool-input-start", "toolCallId": call_id,
-                     "toolName": delta["tool_name"]}]
+                     "toolName": delta["tool_name"], **self._server(delta["tool_name"])}]
         if kind == "toolcall_delta":
             return [{"type": "tool-input-delta", "toolCallId": call_id,
                      "inputTextDelta": delta["text"]}]
@@ -245,7 +289,7 @@ class UIMessageProjector:
         self._announced.add(call_id)
         self._streaming.pop(call_id, None)
         return [{"type": "tool-input-available", "toolCallId": call_id, "toolName": name,
-                 "input": args}]
+                 "input": args, **self._server(name)}]
 
     def _hitl(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         call_id, kind = event["tool_call_id"], event["type"]
@@ -286,10 +330,15 @@ class UIMessageProjector:
         result = event["result"]
         if call_id in self._denied:
             return out
+        ran = self._server(event["tool_name"])
         if event["is_error"]:
             text = result_text(result.get("content") or []) or "tool failed"
-            return [*out, {"type": "tool-output-error", "toolCallId": call_id, "errorText": text}]
-        return [*out, {"type": "tool-output-available", "toolCallId": call_id, "output": result}]
+            return [*out, {"type": "tool-output-error", "toolCallId": call_id, "errorText": text,
+                           **ran}]
+        if event["tool_name"] in self._client_tools:  # what the page sent, as the model got it
+            result = result_text(result.get("content") or [])
+        return [*out, {"type": "tool-output-available", "toolCallId": call_id, "output": result,
+                       **ran}]
 
     def _end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         out = [*self._settle(), *self._unheld(), *self._close_blocks()]
@@ -298,7 +347,8 @@ class UIMessageProjector:
             return [*out, {"type": "abort", "reason": event.get("error") or "cancelled"}]
         if reason == "error":
             out.append({"type": "error", "errorText": event.get("error") or "the run failed"})
-        meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"]}
+        meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"],
+                "model": self._model}
         return [*out, {"type": "finish", "finishReason": _FINISH.get(reason, "other"),
                        "messageMetadata": meta}]
 

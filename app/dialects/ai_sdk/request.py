@@ -1,16 +1,16 @@
 """The body ``useChat``'s ``DefaultChatTransport`` posts, and its UI messages as our messages.
 
 The chat's thread holds the conversation, so of the messages only the last, the user's, is
-posted; the others are still checked (a malformed one is a 422 naming it). ``trigger``
-``regenerate-message`` is refused (422): a thread's history is not rewritten.
+read, checked and posted (its ``id``, the client's, kept with it: the history returns it);
+the earlier ones are the client's copy of what the thread holds and are not read again, so
+a message the server refused once (and did not store) does not fail every later send.
+``trigger`` ``regenerate-message`` replaces the chat's last reply (``app.dialects.ai_sdk.routes``).
 
 The transport sends ``{id, messages, trigger, messageId?}`` plus whatever the page puts in the
 transport's ``body`` option: the run options (``app.api.options``, as on ``POST /runs``). A UI
 message's parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of
-user messages; ``text`` and finished tool parts (``tool-<name>`` or ``dynamic-tool`` with an
-output or an error) of assistant messages, one assistant message per ``step-start`` with the
-results of its calls after it; the text of ``system`` messages becomes the run's ``system``.
-Other parts (reasoning, sources, data parts) are left out. Errors name the field
+user messages; the text of ``system`` messages (wherever they are) becomes the run's
+``system``. Other parts (reasoning, sources, data parts) are left out. Errors name the field
 (``messages[2].parts[0].url``).
 """
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import orjson
 from pydantic import ConfigDict, Field, StrictBool
 
+from app.api.checks import MESSAGE_ID
 from app.api.errors import ApiError
 from app.api.options import AgentName, RunOptions
 from app.dialects.conversation import CHAT_ID
@@ -41,10 +41,7 @@ class ChatRequest(RunOptions):
         " by default the run goes on"))
 
     def run_options(self) -> dict[str, Any]:
-        """The run options this request sets (422 for a ``regenerate-message``)."""
-        if self.trigger == "regenerate-message":
-            raise _invalid("trigger", "regenerate-message is not supported: the chat's thread "
-                           "keeps its history (send a new message instead)")
+        """The run options this request sets."""
         return self.option_fields()
 
 
@@ -52,27 +49,22 @@ def _invalid(field: str, problem: str) -> ApiError:
     return ApiError(422, "validation_error", f"{field}: {problem}", field)
 
 
-def to_messages(ui: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
-    """(our messages, the system text) from the UI messages; the last must be the user's."""
-    out: list[dict[str, Any]] = []
-    system: list[str] = []
-    for i, message in enumerate(ui):
-        field = f"messages[{i}]"
-        parts = message.get("parts")
-        if not isinstance(parts, list):
-            raise _invalid(f"{field}.parts", "must be a list of parts")
-        role = message.get("role")
-        if role == "user":
-            out.append({"role": "user", "content": _user_content(parts, field)})
-        elif role == "assistant":
-            out.extend(_assistant_steps(parts, field))
-        elif role == "system":
-            system.append(_text_of(parts))
-        else:
-            raise _invalid(f"{field}.role", "must be user, assistant or system")
-    if ui[-1].get("role") != "user":
-        raise _invalid(f"messages[{len(ui) - 1}].role", "the last message must be the user's")
-    return out, "\n\n".join(system) or None
+def to_messages(ui: list[dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
+    """(the new user message, the system text): the last message must be the user's."""
+    last, message = len(ui) - 1, ui[-1]
+    field = f"messages[{last}]"
+    if message.get("role") != "user":
+        raise _invalid(f"{field}.role", "the last message must be the user's")
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        raise _invalid(f"{field}.parts", "must be a list of parts")
+    prompt: dict[str, Any] = {"role": "user", "content": _user_content(parts, field)}
+    client_id = message.get("id")
+    if isinstance(client_id, str) and MESSAGE_ID.fullmatch(client_id):  # else not kept
+        prompt["id"] = client_id
+    system = [_text_of(m["parts"]) for m in ui if isinstance(m, dict)
+              and m.get("role") == "system" and isinstance(m.get("parts"), list)]
+    return prompt, "\n\n".join(t for t in system if t) or None
 
 
 def _text_of(parts: list[Any]) -> str:
@@ -100,53 +92,3 @@ def _image(part: dict[str, Any], field: str) -> dict[str, Any]:
     if not (head.startswith("data:image/") and head.endswith(";base64")):
         raise _invalid(f"{field}.url", "only image/* data URLs (base64) are accepted")
     return {"type": "image", "data": data, "mime_type": head[5:-7]}
-
-
-def _assistant_steps(parts: list[Any], field: str) -> list[dict[str, Any]]:
-    """One assistant message per step, each followed by the results of its tool calls."""
-    out: list[dict[str, Any]] = []
-    content: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
-    for part in [*parts, {"type": "step-start"}]:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "step-start":
-            if content:
-                out += [{"role": "assistant", "content": content}, *results]
-            content, results = [], []
-        elif kind == "text" and part.get("text"):
-            content.append({"type": "text", "text": str(part["text"])})
-        elif isinstance(kind, str) and _finished_tool(part):
-            content.append(_tool_call(part, kind))
-            results.append(_tool_result(part, content[-1]["name"]))
-    return out
-
-
-def _finished_tool(part: dict[str, Any]) -> bool:
-    kind = str(part.get("type"))
-    is_tool = kind.startswith("tool-") or kind == "dynamic-tool"
-    return is_tool and part.get("state") in ("output-available", "output-error")
-
-
-def _tool_call(part: dict[str, Any], kind: str) -> dict[str, Any]:
-    name = str(part.get("toolName")) if kind == "dynamic-tool" else kind.removeprefix("tool-")
-    args = part.get("input")
-    return {"type": "tool_call", "id": str(part.get("toolCallId")), "name": name,
-            "arguments": args if isinstance(args, dict) else {}}
-
-
-def _tool_result(part: dict[str, Any], name: str) -> dict[str, Any]:
-    failed = part.get("state") == "output-error"
-    output = part.get("errorText") if failed else part.get("output")
-    return {"role": "tool_result", "tool_call_id": str(part.get("toolCallId")),
-            "tool_name": name, "content": [{"type": "text", "text": _output_text(output)}],
-            "is_error": failed}
-
-
-def _output_text(output: Any) -> str:
-    """A tool's output as the model saw it: our result's text blocks, else the JSON."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, dict) and isinstance(output.get("content"), list):
-        return "".join(str(b.get("text", "")) for b in output["content"]
-                       if isinstance(b, dict) and b.get("type") == "text")
-    return orjson.dumps(output).decode()

@@ -2,9 +2,14 @@
 
 The chat id is a thread (``app/dialects/conversation.py``). ``POST /ai-sdk/chat`` posts the
 chat's last user message to it and streams the run that carries it as the SDK's UI message
-stream (``app/dialects/ai_sdk/projector.py``); ``GET /ai-sdk/chat/{chat_id}/stream`` is the
-transport's reconnect (``useChat({resume: true})``): the thread's active run replayed from seq 1
-out of the stored log, then live, or ``204`` when none is active (the SDK then stays idle).
+stream (``app/dialects/ai_sdk/projector.py``); with ``trigger: "regenerate-message"`` the new
+run replaces the thread's last reply (``RunRequest.replaces``: the old run stays, its messages
+leave the history). ``GET /ai-sdk/chat/{chat_id}/stream`` is the transport's reconnect
+(``useChat({resume: true})``): the thread's active run replayed from seq 1 out of the stored
+log, then live, or ``204`` when none is active (the SDK then stays idle).
+``GET /ai-sdk/chat/{chat_id}/messages`` is the chat as ``UIMessage[]``
+(``app/dialects/ai_sdk/history.py``), for ``useChat({messages})`` after a reload. Errors are
+plain text (``app.api.errors``): the SDK shows the body as ``error.message``.
 Closing the stream (the SDK's ``stop()``) leaves the run running unless the request set
 ``cancel_on_disconnect``; steer, follow up or cancel it through ``/runs/{run_id}/...`` with the
 ``run_id`` of the message metadata.
@@ -16,12 +21,13 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Header, Response
 from sse_starlette import EventSourceResponse
 
 from app.api import control
 from app.api.auth import Principal
-from app.api.errors import ApiError, documented
+from app.api.errors import ApiError, documented_text
 from app.api.pipeline import submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
 from app.api.routes.events import parse_seq
@@ -29,22 +35,24 @@ from app.api.routes.strict_json import StrictJsonRoute
 from app.api.services import Services
 from app.delivery.sse import EventStreamResponse
 from app.dialects.ai_sdk.answers import answers
+from app.dialects.ai_sdk.history import chat_messages, client_tools
 from app.dialects.ai_sdk.projector import HEADERS, UIMessageProjector, chunk_frame
 from app.dialects.ai_sdk.request import ChatRequest, to_messages
-from app.dialects.conversation import CHAT_ID, active_run, turn
+from app.dialects.conversation import CHAT_ID, active_run, last_run, turn
 from app.dialects.tail import poll_seconds, projected_frames
 from app.store.contract import Backend
+from app.store.records import RunRecord
 
 router = APIRouter(tags=["ai-sdk"], route_class=StrictJsonRoute)
 _STREAM: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}},
                  "description": "the AI SDK UI message stream (x-vercel-ai-ui-message-stream: v1)"}}
 
 
-def ui_stream(backend: Backend, run_id: str, *, poll: float, after: int = 0,
+def ui_stream(backend: Backend, record: RunRecord, *, poll: float, after: int = 0,
               cancel_on_disconnect: bool = False, head: bytes = b"") -> EventStreamResponse:
     """The run's log projected as a UI message stream, with the protocol's headers."""
-    frames = projected_frames(backend, run_id, UIMessageProjector(), after=after, poll=poll,
-                              cancel_on_disconnect=cancel_on_disconnect)
+    frames = projected_frames(backend, record.id, UIMessageProjector(client_tools(record)),
+                              after=after, poll=poll, cancel_on_disconnect=cancel_on_disconnect)
     response = EventStreamResponse(_after(head, frames) if head else frames)
     response.headers.update(HEADERS)
     return response
@@ -74,7 +82,7 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
     meta = {"run_id": record.id, "events_url": f"/runs/{record.id}/events"}
     head = chunk_frame(record.last_seq, {"type": "start", "messageId": record.id,
                                          "messageMetadata": meta})
-    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+    return ui_stream(svc.backend, record, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      after=record.last_seq, head=head,
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
@@ -86,29 +94,58 @@ def _wire_name(last: int) -> Callable[[str], str]:
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
              response_class=EventSourceResponse,
-             responses={**_STREAM, **documented(400, 401, 409, 413, 415, 422, 503)})
+             responses={**_STREAM, **documented_text(400, 401, 409, 413, 415, 422, 503)})
 async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Post the chat's last user message to its thread; stream the run that carries it as UI
     message chunks. A last message of the assistant's answers the chat's waiting run
     (``app/dialects/ai_sdk/answers.py``)."""
     if body.messages[-1].get("role") == "assistant":
         return await _answer_run(body, svc, who)
-    messages, system = to_messages(body.messages)
+    prompt, system = to_messages(body.messages)
     options, set_fields = body.run_options(), body.options_set()
     if system and not options.get("system"):  # the page's system messages set it too
         options["system"], set_fields = system, set_fields | {"system"}
-    done = await submit(svc, turn(who, body.id, messages[-1], options,
+    replaces = await _replaced(svc, who, body) if body.trigger == "regenerate-message" else None
+    done = await submit(svc, turn(who, body.id, prompt, options,
                                   _wire_name(len(body.messages) - 1), agent=body.agent,
-                                  set_fields=set_fields))
-    return ui_stream(svc.backend, done.run_id,
-                     poll=poll_seconds(svc.settings.sse_ping_seconds),
+                                  set_fields=set_fields, replaces=replaces))
+    record = await svc.backend.get_run(done.run_id)
+    if record is None:
+        raise ApiError(404, "run_not_found", f"no run {done.run_id}")
+    return ui_stream(svc.backend, record, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      cancel_on_disconnect=body.cancel_on_disconnect)
+
+
+async def _replaced(svc: Services, who: Principal, body: ChatRequest) -> str | None:
+    """The reply a ``regenerate-message`` replaces: the chat's last run (``messageId``, when
+    sent, must name it: 409 ``not_last_reply``); None for a chat with no run yet."""
+    last = await last_run(svc.backend, who, body.id)
+    if last is not None and body.messageId is not None and body.messageId != last:
+        raise ApiError(409, "not_last_reply", f"messageId: {body.messageId} is not the chat's "
+                       "last reply: only the last reply is regenerated", "messageId")
+    return last
+
+
+@router.get("/ai-sdk/chat/{chat_id}/messages", operation_id="aiSdkChatMessages",
+            responses={200: {"description": "the chat as UIMessage[] (useChat({messages}))",
+                             "content": {"application/json": {"schema": {
+                                 "type": "array", "items": {"type": "object"}}}}},
+                       **documented_text(401, 404, 503)})
+async def messages(chat_id: str, svc: ServicesDep, who: PrincipalDep) -> Response:
+    """The chat's messages in the form ``useChat`` keeps: each user message under the
+    client's own id, each reply an assistant message (id: its run id) with its tool parts in
+    their final states and its metadata; ``[]`` for a chat with no messages yet."""
+    if not re.fullmatch(CHAT_ID, chat_id):
+        raise ApiError(404, "not_found", "no such chat")
+    found = await chat_messages(svc.backend, who, chat_id)
+    return Response(orjson.dumps(found), media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
 
 
 @router.get("/ai-sdk/chat/{chat_id}/stream", operation_id="aiSdkResumeChat",
              response_class=EventSourceResponse,
             responses={**_STREAM, 204: {"description": "the chat has no active run"},
-                       **documented(401, 404, 422, 503)})
+                       **documented_text(401, 404, 422, 503)})
 async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
                  last_event_id: Annotated[str | None, Header()] = None) -> Response:
     """The chat's active run: replayed from its start (or after ``Last-Event-ID``), then live;
@@ -119,5 +156,5 @@ async def resume(chat_id: str, svc: ServicesDep, who: PrincipalDep,
     record = await active_run(svc.backend, who, chat_id)
     if record is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
-    return ui_stream(svc.backend, record.id, poll=poll_seconds(svc.settings.sse_ping_seconds),
+    return ui_stream(svc.backend, record, poll=poll_seconds(svc.settings.sse_ping_seconds),
                      after=after)

@@ -57,6 +57,11 @@ class RunState:
         """The loop is ending: ``enqueue`` refuses (``close_queues``)."""
         self.waiter = asyncio.Event()
 
+    def wake_readers(self) -> None:
+        """Wake every ``wait_events`` of the run: new events, or it parked (``p:`` note)."""
+        self.waiter.set()
+        self.waiter = asyncio.Event()
+
 
 class ThreadState:
     """Everything stored for one thread."""
@@ -145,8 +150,7 @@ class MemoryCore:
             record.last_seq += 1
             state.events.append((record.last_seq, type_, with_seq(record.last_seq, body)))
         if events:
-            state.waiter.set()
-            state.waiter = asyncio.Event()
+            state.wake_readers()
             if self.feeds.watched(record.id):
                 self.feeds.push(record.id, [StoredEvent(*e) for e in state.events[first:]])
 

@@ -27,6 +27,7 @@ class MemoryParking(MemoryCore):
             self._dispatch(run_id)
             return False
         record.status = REQUIRES_ACTION
+        self._state[run_id].wake_readers()  # a dialect's stream ends at the park
         return True
 
     async def decide(self, run_id: str, answers: Sequence[Answer]) -> bool:

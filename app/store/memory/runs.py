@@ -18,6 +18,7 @@ from app.store.errors import IdempotencyConflict, RunEnded
 from app.store.memory.core import KINDS, MemoryCore, RunState, copy_run, set_fields
 from app.store.paging import make_cursor, matches, parse_cursor
 from app.store.records import (
+    REQUIRES_ACTION,
     TERMINAL,
     Claim,
     EventBatch,
@@ -145,12 +146,15 @@ class MemoryRuns(MemoryCore):
             return []
         return [StoredEvent(*e) for e in state.events[max(after, 0):max(after, 0) + limit]]
 
-    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
+    async def wait_events(self, run_id: str, after: int, timeout: float, *,  # noqa: ASYNC109
+                          parked: bool = False) -> list[StoredEvent]:
         """See ``Backend.wait_events``."""
         events = await self.read_events(run_id, after)
         state = self._state.get(run_id)
         if events or state is None:
             return events
+        if parked and self._record(run_id).status == REQUIRES_ACTION:  # type: ignore[union-attr]
+            return []
         try:
             async with asyncio.timeout(timeout):
                 await state.waiter.wait()

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.engine.events import MessageQueued, RunCreated, json_bytes
 from app.engine.queues import QueuedMessage, QueueKind
-from app.store.errors import IdempotencyConflict, ThreadNotFound
+from app.store.errors import IdempotencyConflict, NotLastReply, ThreadNotFound
 from app.store.ids import new_thread_run_id
 from app.store.memory.core import RunState, ThreadState, copy_run, copy_thread
 from app.store.memory.thread_reads import MemoryThreadReads
@@ -92,6 +92,8 @@ class MemoryThreads(MemoryThreadReads):
         rec = thread.record
         ids = list(post.message_ids)
         if rec.active_run is None:
+            if post.replaces is not None:
+                self._replace_now(thread, post.replaces, post.candidate.id)
             self._new_run(thread, post, dispatch=True)
             rec.active_run = post.candidate.id
             return PostOutcome(action="started", run_id=rec.active_run, queued=False,
@@ -117,6 +119,16 @@ class MemoryThreads(MemoryThreadReads):
             self._wake_parked(rec.active_run)
         return PostOutcome(action=action, run_id=rec.active_run, queued=True, message_ids=ids,
                            in_queue=True)
+
+    def _replace_now(self, thread: ThreadState, run_id: str, by: str) -> None:
+        """The thread's last run's messages leave its history (``ThreadPost.replaces``)."""
+        replaced = self._record(run_id)
+        if not thread.record.runs or thread.record.runs[-1] != run_id or replaced is None:
+            raise NotLastReply(run_id)
+        state = self._state.get(run_id)
+        added = len(state.ckpt) if state and state.ckpt else len(thread.inputs.get(run_id, []))
+        del thread.msgs[len(thread.msgs) - added:]
+        replaced.replaced_by = by
 
     def _settle_now(self, thread: ThreadState) -> str | None:
         rec = thread.record

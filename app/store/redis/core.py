@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -212,6 +213,12 @@ class RedisCore:
         """See ``RunStore.get_run``."""
         (raw,) = await self._commands(("HGETALL", keys.run_key(run_id)))
         return decode_record(pairs(raw))
+
+    @guard
+    async def _status(self, run_id: str) -> str | None:
+        """The run's status alone (None: no such run)."""
+        (raw,) = await self._commands(("HGET", keys.run_key(run_id), "status"))
+        return orjson.loads(raw) if raw else None
 
     @guard
     async def cancel_requested(self, run_id: str) -> bool:

@@ -2,7 +2,8 @@
 
 Writers publish on ``al:notify`` after each appended batch: a header line
 ``e:<run>:<first seq>:<last seq>`` followed by the batch itself (one ``seq\ttype\tdata`` line
-per event; left out when the batch is large), and ``c:<run>`` on cancel. Subscribers never hold
+per event; left out when the batch is large), ``c:<run>`` on cancel and ``p:<run>`` when the
+run parks (its tails wake to see the status: a dialect's stream ends there). Subscribers never hold
 a Redis connection of their own: they wait on an ``asyncio.Event`` here. A run's SSE
 subscribers here are handed each batch as frames through ``feeds``
 (``app.store.live_feed``); for runs a tail in this process watches, the listener also keeps
@@ -193,6 +194,8 @@ class Notifier:
                     self.feeds.resync(run_id)  # the note did not carry it: read the log
                 else:
                     self.feeds.push(run_id, batch)
+            event = self._events.pop(run_id, None)
+        elif kind == "p":  # parked: its readers look at the status (no event was added)
             event = self._events.pop(run_id, None)
         else:
             event = self._cancels.get(run_id)

@@ -32,7 +32,7 @@ class RedisParking(RedisCore):
             "PARK", [keys.run_key(run_id), keys.parked_key(run_id), keys.decisions_key(run_id),
                      keys.queue_key(run_id, "steer")],
             [attempt, orjson.dumps(calls), "" if deadline is None else repr(deadline),
-             repr(now()), orjson.dumps(carried or {})])
+             repr(now()), orjson.dumps(carried or {}), self._channel(run_id), f"p:{run_id}"])
         if outcome == b"wake":
             await self._woken(run_id)
         elif deadline is not None:

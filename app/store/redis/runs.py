@@ -14,6 +14,7 @@ from app.engine.events import ServiceEvent
 from app.store.errors import BackendError, IdempotencyConflict
 from app.store.paging import make_cursor, matches, parse_cursor
 from app.store.records import (
+    REQUIRES_ACTION,
     EventBatch,
     RunPage,
     RunRecord,
@@ -171,10 +172,12 @@ class RedisRuns(RedisCore):
                                          _xrange(run_id, after, limit))
         return decode_record(pairs(raw)), _stored(rows)
 
-    async def wait_events(self, run_id: str, after: int, timeout: float) -> list[StoredEvent]:  # noqa: ASYNC109
+    async def wait_events(self, run_id: str, after: int, timeout: float, *,  # noqa: ASYNC109
+                          parked: bool = False) -> list[StoredEvent]:
         """See ``Backend.wait_events`` (woken by the process's one notify listener, which also
-        hands over the batch it announced): the waiter is registered before anything is
-        checked, so a batch landing in between still wakes it."""
+        hands over the batch it announced, or by a ``p:`` note when the run parks): the waiter
+        is registered before anything is checked, so a batch or a park landing in between
+        still wakes it."""
         notes = self.notifier
         await notes.follow(run_id)
         waiter = notes.events_waiter(run_id)
@@ -182,6 +185,8 @@ class RedisRuns(RedisCore):
             events = notes.events_after(run_id, after) or await self.read_events(run_id, after)
             if events:
                 return events
+        if parked and await self._status(run_id) == REQUIRES_ACTION:
+            return []
         try:
             async with asyncio.timeout(timeout):
                 await waiter.wait()

@@ -223,8 +223,9 @@ return 'ok'
 # -- parked runs (app.store.redis.parking) ----------------------------------------------------
 
 # KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now,
-# carried answers JSON
-PARK = _PRELUDE + """
+# carried answers JSON, channel, note (``p:<run>``: wakes the run's readers, whose streams end
+# at the park)
+PARK = _PRELUDE + _PUBLISH + """
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '',
   'parked_at', ARGV[4], 'carried', ARGV[5])
@@ -235,6 +236,7 @@ if redis.call('LLEN', KEYS[4]) > 0 or redis.call('HGET', run, 'cancel') then
   return {job, 'wake'}
 end
 redis.call('HSET', run, 'status', '"requires_action"')
+publish(ARGV[6], ARGV[7])
 return {job, 'parked'}
 """
 

@@ -88,13 +88,15 @@ return {'ok', start}
 # ARGV expected active, expected next, tenant, policy, idem hash ('' none), ttl, now,
 #      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
 #      then the prompts (JSON), their message ids, the C field pairs, then n thread fields
-#      and their pairs (n > 0: create the thread first if it does not exist).
+#      and their pairs (n > 0: create the thread first if it does not exist), then the run
+#      C replaces ('' none: a regenerate; its keys are A's, as the thread must be idle).
 # Returns {status, outcome, the parked active run an interrupt or steer woke ('' none)}.
 POST = _PRELUDE + """
 local n, nf = tonumber(ARGV[13]), tonumber(ARGV[14])
 local pstart, istart, fstart = 15, 15 + n, 15 + 2 * n
 local tstart = fstart + 2 * nf
 local nt = tonumber(ARGV[tstart] or '0')
+local replaces = ARGV[tstart + 1 + nt * 2] or ''
 if redis.call('EXISTS', T) == 0 and nt > 0 then
   local fields = {}
   for j = tstart + 1, tstart + nt * 2 do fields[#fields + 1] = ARGV[j] end
@@ -133,6 +135,17 @@ local function start_candidate()
   notify(ARGV[8], ARGV[9], 'e:' .. ARGV[9])
 end
 if active == '' then
+  if replaces ~= '' then
+    -- the thread's last run, its messages the tail of the history (ckpt, else its input)
+    if redis.call('LINDEX', RUNS, -1) ~= replaces or redis.call('EXISTS', rk(0, 1)) == 0 then
+      return {'not_last', replaces, ''}
+    end
+    local added = redis.call('LLEN', rk(0, 3))
+    if added == 0 then added = redis.call('LLEN', rk(0, 8)) end
+    local keep_n = redis.call('LLEN', MSGS) - added
+    if keep_n > 0 then redis.call('LTRIM', MSGS, 0, keep_n - 1) else redis.call('DEL', MSGS) end
+    redis.call('HSET', rk(0, 1), 'replaced_by', '"' .. ARGV[10] .. '"')
+  end
   start_candidate()
   redis.call('HSET', T, 'active_run', ARGV[10])
   outcome = 'started|' .. ARGV[10] .. '|00|' .. ids

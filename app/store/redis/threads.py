@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.events import RunCreated, utc_now
-from app.store.errors import BackendError, IdempotencyConflict, ThreadNotFound
-from app.store.ids import new_thread_run_id
+from app.store.errors import BackendError, IdempotencyConflict, NotLastReply, ThreadNotFound
+from app.store.ids import new_thread_run_id, thread_of_run
 from app.store.records import RunRecord, first_event_body, now
 from app.store.redis import keys
 from app.store.redis.errors import guard
@@ -70,6 +70,8 @@ class RedisThreads(RedisThreadReads):
                     post.owner is not None and record.owner != post.owner):
                 raise ThreadNotFound(thread_id)
             post.candidate.owner = record.owner  # a thread's runs are its owner's
+            if post.replaces is not None and thread_of_run(post.replaces) != record.id:
+                raise NotLastReply(post.replaces)  # (its keys are in another slot)
             status, payload, woken = await self._post_once(record, post, created=created)
             if status == "ok":
                 outcome = _outcome(payload)
@@ -87,6 +89,8 @@ class RedisThreads(RedisThreadReads):
                                    message_ids=[])
             if status == "gone":
                 raise ThreadNotFound(thread_id)
+            if status == "not_last":
+                raise NotLastReply(payload)
             if status == "ended":
                 await self.settle_thread(thread_id)
         raise BackendError(f"thread {thread_id} kept changing")
@@ -104,9 +108,11 @@ class RedisThreads(RedisThreadReads):
             post.request_hash if post.idempotency_key is not None else "",
             int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
-            *fields, len(create), *(x for kv in create.items() for x in kv)]
+            *fields, len(create), *(x for kv in create.items() for x in kv),
+            post.replaces or ""]
+        first = active or post.replaces or ""  # a regenerate's thread is idle: its A keys
         status, payload, woken = await self._script("POST", [
-            *keys.thread_keys(record.id), *role_keys(record.id, active),
+            *keys.thread_keys(record.id), *role_keys(record.id, first),
             *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
         return status.decode(), payload.decode(), woken.decode()
 
