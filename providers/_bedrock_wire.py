@@ -14,15 +14,24 @@ Mapping (docs.aws.amazon.com, ``Converse`` / ``ConverseStream`` request syntax):
   ``none`` withholds the tools — except when the history holds ``toolUse``/``toolResult``
   blocks, which Bedrock rejects without a ``toolConfig``: then the specs are sent with no
   ``toolChoice``. ``parallel_tool_calls`` has no Converse equivalent and is ignored.
+- ``response_format``: a ``strict`` one → ``outputConfig.textFormat: {type: "json_schema",
+  structure: {jsonSchema: {schema: <the schema as a JSON string>, name, description?}}}``
+  (``OutputConfig``, ``JsonSchemaDefinition``: constrained decoding, beside ``toolConfig``
+  allowed). Only some models have it: another model, or a schema outside the subset Bedrock
+  compiles, is its ``ValidationException`` and the run fails with it. Not ``strict`` → the
+  instruction of ``providers._output_format`` appended to ``system`` (any model).
 """
 
 from __future__ import annotations
 
 from typing import Any, assert_never
 
+import orjson
+
 from providers._alternate import alternate, non_empty
+from providers._output_format import system_with
 from providers._tool_ids import safe_tool_id
-from providers.base import ForcedTool, ModelRequest
+from providers.base import ForcedTool, ModelRequest, ResponseFormat
 from providers.messages import (
     AssistantMessage,
     ImageContent,
@@ -41,8 +50,13 @@ _Json = dict[str, Any]
 def build_body(request: ModelRequest) -> _Json:
     """The JSON body for ``request``."""
     body: _Json = {"messages": convert_messages(request.messages)}
-    if request.system:
-        body["system"] = [{"text": request.system}]
+    fmt = request.response_format
+    native = fmt is not None and fmt.strict
+    if native and fmt is not None:
+        body["outputConfig"] = {"textFormat": text_format(fmt)}
+    system = system_with(request.system, None if native else fmt)
+    if system:
+        body["system"] = [{"text": system}]
     inference: _Json = {}
     if request.max_tokens is not None:
         inference["maxTokens"] = request.max_tokens
@@ -56,6 +70,14 @@ def build_body(request: ModelRequest) -> _Json:
     if "additionalModelRequestFields" in request.options:
         body["additionalModelRequestFields"] = request.options["additionalModelRequestFields"]
     return body
+
+
+def text_format(fmt: ResponseFormat) -> _Json:
+    """``outputConfig.textFormat`` for a strict response format (the schema is a string)."""
+    definition: _Json = {"schema": orjson.dumps(fmt.schema).decode(), "name": fmt.name}
+    if fmt.description:
+        definition["description"] = fmt.description
+    return {"type": "json_schema", "structure": {"jsonSchema": definition}}
 
 
 def tool_config(request: ModelRequest) -> _Json | None:

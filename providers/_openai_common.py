@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import orjson
@@ -26,6 +27,7 @@ import orjson
 from providers._http import RetryPolicy, body_chunks
 from providers._sse import SSEEvent, iter_sse
 from providers._stream_guard import guarded_stream
+from providers.base import ResponseFormat
 from providers.events import ProviderEvent, StartEvent
 from providers.messages import ImageContent, TextContent, ToolResultMessage, Usage
 
@@ -138,3 +140,11 @@ def tool_images(results: Sequence[ToolResultMessage]) -> list[tuple[str, ImageCo
     """(tool call id, image) for every image in ``results``, in order."""
     return [(r.tool_call_id, c) for r in results for c in r.content
             if isinstance(c, ImageContent)]
+
+def json_schema(fmt: ResponseFormat) -> dict[str, Any]:
+    """A response format as OpenAI's ``{name, schema, strict, description?}`` (the Responses
+    API's ``text.format`` is the same object with ``type`` beside it)."""
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema, "strict": fmt.strict}
+    if fmt.description:
+        spec["description"] = fmt.description
+    return spec

@@ -13,6 +13,8 @@ Mapping choices (pinned by ``tests/providers/test_openai_responses.py``):
 - The system prompt is ``instructions``; ``max_tokens`` is ``max_output_tokens``.
 - Function tools are sent with ``strict: false``: the Responses API makes ``strict`` default to
   true, which rejects ordinary JSON Schemas (optional properties, no ``additionalProperties``).
+- ``response_format`` → ``text: {format: {type: "json_schema", name, schema, strict,
+  description?}}`` on every request (the Responses API takes it beside tools).
 - ``options`` are merged into the body last; ``reasoning_effort`` (the Chat Completions spelling)
   becomes ``reasoning: {effort, summary: "auto"}`` so one option works for both adapters.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from providers._openai_common import data_url, tool_images, tool_output_text
+from providers._openai_common import data_url, json_schema, tool_images, tool_output_text
 from providers.base import ForcedTool, ModelRequest, ToolChoice, ToolSpec
 from providers.messages import (
     AssistantMessage,
@@ -59,6 +61,9 @@ def build_body(request: ModelRequest, *, provider: str) -> dict[str, Any]:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body["max_output_tokens"] = request.max_tokens
+    if request.response_format is not None:
+        body["text"] = {"format": {"type": "json_schema",
+                                   **json_schema(request.response_format)}}
     options = dict(request.options)
     if "reasoning_effort" in options:
         body["reasoning"] = {"effort": options.pop("reasoning_effort"), "summary": "auto"}

@@ -11,6 +11,9 @@ Mapping choices (the contract ``tests/providers/test_openai_chat.py`` pins down)
 - ``max_tokens`` is sent under ``max_tokens_field``: ``max_completion_tokens`` for OpenAI itself
   (``max_tokens`` is deprecated there and refused by o-series models), ``max_tokens`` for
   compatible servers (vLLM, Ollama, Groq, OpenRouter all read it).
+- ``response_format`` → ``response_format: {type: "json_schema", json_schema: {name, schema,
+  strict, description?}}`` on every request, tools or not (Chat Completions takes both: the
+  model calls tools or answers in the format); ``strict`` as the run set it.
 - ``options`` are merged into the body last, verbatim (``reasoning_effort``, ``top_p`` …).
 """
 
@@ -20,7 +23,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from providers._openai_common import data_url, tool_images, tool_output_text
+from providers._openai_common import data_url, json_schema, tool_images, tool_output_text
 from providers.base import ForcedTool, ModelRequest, ToolChoice, ToolSpec
 from providers.messages import (
     AssistantMessage,
@@ -77,6 +80,9 @@ def build_body(request: ModelRequest, *, max_tokens_field: str) -> dict[str, Any
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body[max_tokens_field] = request.max_tokens
+    if request.response_format is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": json_schema(request.response_format)}
     body.update(request.options)
     return body
 

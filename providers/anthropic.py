@@ -15,6 +15,12 @@ Request mapping (docs.anthropic.com, "Messages"):
   follow-up): the API rejects that ("Requests which include tool_use or tool_result blocks must
   define tools"), so a stub definition (empty object schema) is sent for each tool the history
   names, with ``tool_choice`` ``none`` so none of them can be called.
+- ``response_format``: a ``strict`` one → ``output_config: {format: {type: "json_schema",
+  schema}}`` (platform.claude.com, "Structured outputs": constrained decoding, GA for Claude
+  Sonnet/Opus 4.5 and later and Haiku 4.5; beside tools in one request). Its decoder takes a
+  subset of JSON Schema: a model without the feature, or a schema outside the subset, is the
+  API's 400 and the run fails with it. Not ``strict`` → the instruction of
+  ``providers._output_format`` appended to ``system`` (any model, any schema).
 - ``options`` keys in ``PASSTHROUGH_OPTIONS`` (e.g. ``thinking``) are copied into the body.
 
 The stream is decoded by ``providers._anthropic_stream``.
@@ -31,6 +37,7 @@ import orjson
 from providers._alternate import alternate, non_empty
 from providers._anthropic_stream import AnthropicDecoder
 from providers._http import RetryPolicy
+from providers._output_format import system_with
 from providers._stream_guard import guarded_stream
 from providers._tool_ids import safe_tool_id
 from providers.base import ForcedTool, ModelRequest, ToolChoice
@@ -86,8 +93,13 @@ def build_body(request: ModelRequest) -> _Json:
                    "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
                    "stream": True,
                    "messages": convert_messages(request.messages)}
-    if request.system:
-        body["system"] = request.system
+    fmt = request.response_format
+    native = fmt is not None and fmt.strict
+    if native and fmt is not None:
+        body["output_config"] = {"format": {"type": "json_schema", "schema": fmt.schema}}
+    system = system_with(request.system, None if native else fmt)
+    if system:
+        body["system"] = system
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.tools:

@@ -34,6 +34,18 @@ class ForcedTool:
 ToolChoice: TypeAlias = Literal["auto", "required", "none"] | ForcedTool
 
 
+@dataclass(slots=True, frozen=True)
+class ResponseFormat:
+    """What a run's final answer must be: one JSON value matching ``schema`` (an object JSON
+    Schema). ``strict``: the schema is strict-compatible and providers that constrain their
+    decoding to a schema are asked to (see ``providers/_output_format.py``)."""
+
+    name: str
+    schema: dict[str, Any]
+    strict: bool = False
+    description: str | None = None
+
+
 @dataclass(slots=True, kw_only=True)
 class ModelRequest:
     """One call to a model: everything an adapter needs to build its wire request."""
@@ -46,6 +58,9 @@ class ModelRequest:
     parallel_tool_calls: bool | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    response_format: ResponseFormat | None = None
+    """The final answer's format, mapped to the provider's own where it has one (each
+    adapter's docstring says how), else stated in the system prompt."""
     options: dict[str, Any] = field(default_factory=dict)
     """Provider-specific extras (e.g. ``reasoning_effort``), passed through where understood."""
 

@@ -7,7 +7,9 @@ Used when no provider key is configured, so a new user sees the loop work end to
 - the last message is a tool result → it answers from that result;
 - otherwise it echoes the message and says how to get a real model or a tool call.
 
-Every reply starts with ``[demo model]``.
+Every reply starts with ``[demo model]``, except an answer under a response format: that is
+one JSON value for its schema, built from the reply it would have given
+(``providers._demo_json``), so the offline quick start shows structured output too.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from providers._demo_json import Example
 from providers.base import ModelRequest, ToolSpec
 from providers.events import (
     DoneEvent,
@@ -70,6 +73,9 @@ class DemoProvider:
             yield DoneEvent("tool_use", usage)
             return
         reply = _answer(last, request)
+        fmt = request.response_format
+        if fmt is not None:
+            reply = orjson.dumps(Example(fmt.schema, reply).value(fmt.schema)).decode()
         yield TextStart(0)
         for part in _chunks(reply, 12):
             yield TextDelta(0, part)

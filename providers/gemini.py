@@ -24,6 +24,11 @@ access logs or exception messages. Request mapping (ai.google.dev, "Function cal
   equivalent and is ignored.
 - ``temperature``/``max_tokens`` → ``generationConfig``; ``options["thinkingConfig"]`` (and the
   other ``PASSTHROUGH_GENERATION`` keys) are copied into it.
+- ``response_format`` on a request that offers no tools → ``generationConfig.responseMimeType:
+  "application/json"`` and ``responseJsonSchema`` (full JSON Schema; ``responseSchema`` takes
+  only the OpenAPI subset). Gemini models before 3 refuse a JSON response MIME type beside
+  function calling, so a request offering tools states the format in ``systemInstruction``
+  instead (``providers._output_format``). ``strict`` has no Gemini switch.
 
 The stream is decoded by ``providers._gemini_stream``.
 """
@@ -40,6 +45,7 @@ import orjson
 from providers._alternate import alternate, non_empty
 from providers._gemini_stream import GeminiDecoder
 from providers._http import RetryPolicy
+from providers._output_format import system_with
 from providers._stream_guard import guarded_stream
 from providers.base import ForcedTool, ModelRequest, ToolChoice
 from providers.events import ProviderEvent
@@ -94,14 +100,19 @@ class GeminiProvider:
 def build_body(request: ModelRequest) -> _Json:
     """The JSON body for ``request``."""
     body: _Json = {"contents": convert_contents(request.messages)}
-    if request.system:
-        body["systemInstruction"] = {"parts": [{"text": request.system}]}
+    fmt = request.response_format
+    native = fmt is not None and not request.tools
+    system = system_with(request.system, None if native else fmt)
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
     if request.tools:
         body["tools"] = [{"functionDeclarations": [
             {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
             for t in request.tools]}]
         body["toolConfig"] = {"functionCallingConfig": calling_config(request.tool_choice)}
     generation: _Json = {}
+    if native and fmt is not None:
+        generation.update(responseMimeType="application/json", responseJsonSchema=fmt.schema)
     if request.temperature is not None:
         generation["temperature"] = request.temperature
     if request.max_tokens is not None:

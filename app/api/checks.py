@@ -7,7 +7,9 @@ Shapes were refused by the options model already (422). Here: the model (400
 forced ``tool_choice`` that is not on the menu (400 ``invalid_tool_choice``), ``approval``
 names (400 ``unknown_tool``), ``client_tools`` (400 ``invalid_client_tool`` for a name already
 on the menu or given twice, 422 for a schema no provider takes), a ``timeout`` beyond the
-server's (422), and each message of the input (422, ``input[i].<field>``).
+server's (422), a ``response_format`` schema agentloop cannot validate answers to, or a
+``strict`` one that is not strict-compatible (422 naming ``response_format.json_schema.schema``),
+and each message of the input (422, ``input[i].<field>``).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from app.api.errors import ApiError, deepest_error, field_path
 from app.api.options import ForcedChoice, RunOptions
 from app.engine.approvals import add_client_tools
 from app.engine.loop_config import ResolveProvider
+from app.engine.output import check_format
 from providers.catalog import ModelSpecError
 from providers.messages import ImageContent, TextContent, UserMessage, dump_message, message_adapter
 from tool_registry import Menu, MenuError, Registry, build_menu
+from tool_registry.json_schema import SchemaProblem
 
 SCHEMA_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 
@@ -119,6 +123,19 @@ def check_approval(options: RunOptions, registry: Registry) -> None:
         if name not in registry.tools and not registry.has_toolset(name):
             raise ApiError(400, "unknown_tool", f"approval names {name!r}, which is no tool "
                            "or toolset", f"approval[{i}]")
+
+
+def check_response_format(options: RunOptions) -> None:
+    """422 naming ``response_format.json_schema.schema`` for a schema whose answers agentloop
+    cannot validate (``tool_registry.json_schema``), or a ``strict`` one that is not
+    strict-compatible; the message says where in the schema (a JSON Pointer)."""
+    fmt = options.response_format.domain() if options.response_format is not None else None
+    if fmt is None:
+        return
+    try:
+        check_format(fmt)
+    except SchemaProblem as exc:
+        raise invalid("response_format.json_schema.schema", str(exc)) from exc
 
 
 def check_timeout(options: RunOptions, server_timeout: float) -> None:

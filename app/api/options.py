@@ -10,16 +10,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
     StringConstraints,
     WithJsonSchema,
+    field_validator,
+    model_serializer,
+    model_validator,
 )
+
+from providers.base import ResponseFormat
 
 METADATA_MAX_KEYS = 64
 METADATA_KEY_MAX = 64
@@ -30,6 +37,8 @@ CLIENT_TOOLS_MAX = 128
 """Most client tools one request may declare (the providers' own limit on a menu)."""
 NAMES_MAX = 256
 """Most entries in ``tools``, ``tools_allow``, ``tools_deny`` and ``approval``."""
+RESPONSE_SCHEMA_MAX_BYTES = 65_536
+"""Largest ``response_format.json_schema.schema``, as compact JSON (422 beyond)."""
 
 def _bounded(metadata: dict[str, str]) -> dict[str, str]:
     """``metadata`` within the limits above (a ``ValueError`` naming the offending key)."""
@@ -77,6 +86,60 @@ class ClientTool(BaseModel):
         description="JSON Schema of the arguments (an object schema)")
 
 
+class JsonSchemaSpec(BaseModel):
+    """``response_format.json_schema``: OpenAI's shape (the keywords a schema may use: the
+    README, "Structured output")."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$", description="the format's name")
+    description: str | None = Field(default=None, max_length=4096, description=(
+        "what the format is for (providers that take one are told)"))
+    schema_: dict[str, Any] = Field(alias="schema", description=(
+        "an object JSON Schema (type 'object' at the top) of the keywords agentloop validates; "
+        f"at most {RESPONSE_SCHEMA_MAX_BYTES} bytes of JSON"))
+    strict: StrictBool = Field(default=False, description=(
+        "ask providers that constrain decoding to a schema to do so; the schema must then be "
+        "strict-compatible (every object closed, every property required)"))
+
+    @field_validator("schema_")
+    @classmethod
+    def _bounded(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if len(orjson.dumps(schema)) > RESPONSE_SCHEMA_MAX_BYTES:
+            raise ValueError(f"at most {RESPONSE_SCHEMA_MAX_BYTES} bytes of JSON")
+        return schema
+
+    @model_serializer(mode="wrap")
+    def _as_sent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        out["schema"] = out.pop("schema_", self.schema_)
+        return out
+
+
+class ResponseFormatOption(BaseModel):
+    """``response_format`` (OpenAI's shape): ``{"type": "json_schema", "json_schema": {...}}``
+    holds the final answer to a schema; ``{"type": "text"}`` is no format."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["json_schema", "text"] = Field(description=(
+        "json_schema, or text (none); json_object is not taken: use json_schema with "
+        "{\"type\": \"object\"}"))
+    json_schema: JsonSchemaSpec | None = None
+
+    @model_validator(mode="after")
+    def _spec_with_type(self) -> ResponseFormatOption:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is required with type json_schema, and only then")
+        return self
+
+    def domain(self) -> ResponseFormat | None:
+        """The format the loop holds answers to (None for ``text``)."""
+        spec = self.json_schema
+        if spec is None:
+            return None
+        return ResponseFormat(name=spec.name, schema=spec.schema_, strict=spec.strict,
+                              description=spec.description)
+
+
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
 
@@ -118,6 +181,9 @@ class RunOptions(BaseModel):
         default=None, gt=0, strict=True,
         description="seconds a parked run waits; then its unanswered picks are denied")
     client_tools: list[ClientTool] | None = Field(default=None, max_length=CLIENT_TOOLS_MAX)
+    response_format: ResponseFormatOption | None = Field(default=None, description=(
+        "hold the final answer to a JSON Schema: the run's output (Run.output, agent_end."
+        "output) is it parsed; one corrective retry, then stop_reason output_invalid"))
 
     def option_fields(self) -> dict[str, Any]:
         """The options as JSON-ready data (what a run stores of them)."""

@@ -5,7 +5,8 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /runs ─────────────┐
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
-    POST /ag-ui ────────────┘   submit()      └ check_timeout ─ input ─▶ create_run
+    POST /ag-ui ────────────┘   submit()      └ check_timeout ─ check_response_format ─ input
+                                                                       ─▶ create_run
                                                                         │ post_thread_run
     every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)
 
@@ -29,6 +30,7 @@ from app.api.auth import Principal
 from app.api.checks import (
     check_approval,
     check_model,
+    check_response_format,
     check_timeout,
     invalid,
     normalise_input,
@@ -133,13 +135,15 @@ class _Run:
 
 def check_run_options(svc: Services, options: RunOptions) -> str:
     """The model of ``options`` once they are checked (a request's, or an agent's own):
-    the model, the menu, ``tool_choice``, client tools, approval names, the timeout."""
+    the model, the menu, ``tool_choice``, client tools, approval names, the timeout, the
+    response format."""
     model = options.model or svc.default_model
     check_model(model, svc.resolve_provider)
     run_menu(options, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
              env=svc.env)
     check_approval(options, svc.registry)
     check_timeout(options, svc.settings.run_timeout)
+    check_response_format(options)
     return model
 
 

@@ -68,6 +68,7 @@ async def run_object(backend: Backend, record: RunRecord, *, fresh: bool = False
         id=record.id, status=record.status, model=record.model, created_at=created,
         started_at=rfc3339(record.started_at), ended_at=rfc3339(record.ended_at),
         stop_reason=record.stop_reason, error=record.error, result=record.result,
+        output=record.output,
         usage={k: int(record.usage.get(k, 0)) for k in USAGE_KEYS}, messages=messages,
         metadata=dict(record.metadata),
         queue=QueueCounts(steer=queue.get("steer", 0), follow_up=queue.get("follow_up", 0)),

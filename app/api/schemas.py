@@ -112,6 +112,9 @@ class Run(BaseModel):
     stop_reason: Annotated[str | None, WithJsonSchema(_nullable(_ref("RunStopReason")))]
     error: str | None
     result: str | None
+    output: dict[str, Any] | None = Field(default=None, description=(
+        "under a response_format: the final answer, parsed and valid against its schema "
+        "(null until the run ends stop, and for any other stop_reason)"))
     usage: UsageJson
     messages: MessagesJson
     metadata: dict[str, str]

@@ -52,7 +52,8 @@ ENUMS: dict[str, Json] = {
     "RunStatus": {"type": "string",
                   "enum": ["queued", "running", "requires_action", "completed",
                            "failed", "cancelled"]},
-    "RunStopReason": {"type": "string", "enum": ["stop", "max_iterations", "error", "aborted"]},
+    "RunStopReason": {"type": "string", "enum": ["stop", "max_iterations", "error", "aborted",
+                                                 "output_invalid"]},
 }
 ENVELOPE: Json = {
     "seq": {"type": "integer", "minimum": 1, "description": "position in the run's log, from 1"},

@@ -107,18 +107,21 @@ class TurnEnd:
     parent_tool_call_id: str | None = None
 
 
-RunStopReason: TypeAlias = Literal["stop", "max_iterations", "error", "aborted"]
+RunStopReason: TypeAlias = Literal["stop", "max_iterations", "error", "aborted",
+                                  "output_invalid"]
 
 
 @dataclass(slots=True, kw_only=True)
 class AgentEnd:
-    """Exactly one per loop. ``messages`` is everything the loop added."""
+    """Exactly one per loop. ``messages`` is everything the loop added; ``output`` the final
+    answer parsed, when the loop has a response format and ends ``stop`` (else left out)."""
 
     type: Literal["agent_end"] = "agent_end"
     stop_reason: RunStopReason
     error: str | None
     usage: Usage
     messages: list[Message]
+    output: dict[str, Any] | None = None
     depth: int = 0
     parent_tool_call_id: str | None = None
 
@@ -217,7 +220,8 @@ ServiceEvent: TypeAlias = (RunCreated | MessageQueued | MessageWithdrawn | RunRe
 Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
-OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id"})
+OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id",
+                          "output"})
 """Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null``."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 

@@ -2,7 +2,8 @@
 
 A provider, a tool menu, two message queues and an event sink in; messages out. Each round
 streams one assistant message; tool calls in it are run in order and their results appended;
-text only ends the run unless queued messages keep it going. ``run_loop`` emits exactly one
+text only ends the run unless queued messages keep it going (or, under a response format, an
+invalid answer gets its one corrective round: ``app.engine.output``). ``run_loop`` emits exactly one
 ``agent_end`` whatever happens, except when its own task is cancelled from outside (a worker
 shutting down hands the run to another worker, which resumes it from the checkpoint).
 
@@ -38,6 +39,7 @@ from app.engine.events import (
 )
 from app.engine.history import call_ids_in, repair, unanswered_calls
 from app.engine.loop_config import LoopConfig, LoopOutcome
+from app.engine.output import OutputCheck
 from app.engine.queues import MessageSource, QueuedMessage, QueueMode
 from app.engine.resume_point import Resume, last_reply, results_after
 from app.engine.streaming import Abortable, stream_assistant
@@ -119,6 +121,8 @@ class AgentLoop:
         self.reopened = False
         """The next round continues the turn a lost attempt started (no new turn_start)."""
         self.restarted: set[str] = set()  # calls whose start is in the log (Resume)
+        fmt = config.response_format
+        self.output = OutputCheck(fmt) if fmt is not None else None
 
     def emit(self, event: Event) -> None:
         """Stamp depth and parent on nested events (a deeper loop's are), then emit."""
@@ -135,6 +139,8 @@ class AgentLoop:
                                      tools=self.menu.names()))
             else:
                 self.added.extend(resume.messages)
+                if self.output is not None:
+                    self.output.resumed(resume.messages)
                 self.restarted = set(resume.started_calls)
                 self.rounds = self.turn = resume.rounds
                 for reply in resume.messages:  # a forced tool_choice honoured before stays reset
@@ -158,7 +164,8 @@ class AgentLoop:
         if outcome.parked:
             return outcome
         self.emit(AgentEnd(stop_reason=outcome.stop_reason, error=outcome.error,
-                           usage=outcome.usage, messages=list(outcome.messages)))
+                           usage=outcome.usage, messages=list(outcome.messages),
+                           output=outcome.output))
         return outcome
 
     async def _run(self, prompts: list[Message], resume: Resume | None) -> LoopOutcome:
@@ -183,7 +190,10 @@ class AgentLoop:
                 self.emit(TurnEnd(message=message, tool_results=results))
                 self._check_abort()
                 await self._poll(self.steering, self.cfg.steering_mode)
-            if not await self._late_messages():
+            invalid = self._judge_output()
+            if invalid is not None:
+                return invalid
+            if not self.pending_msgs and not await self._late_messages():
                 return self._outcome("stop", None)
 
     async def _resume(self, resume: Resume) -> tuple[bool, LoopOutcome | None]:
@@ -215,6 +225,20 @@ class AgentLoop:
             if self.close_queues is None or await self.close_queues():
                 return False
 
+    def _judge_output(self) -> LoopOutcome | None:
+        """The final answer against the response format (``app.engine.output``): None when it
+        is valid (or none is asked for) or the corrective message goes to the model next;
+        else the ``output_invalid`` outcome."""
+        check = self.output
+        reply = next((m for m in reversed(self.added) if isinstance(m, AssistantMessage)), None)
+        if check is None or reply is None or not (problems := check.judge(reply)):
+            return None
+        if check.retried or self._cap_reached():
+            return self._outcome("output_invalid",
+                                 check.failure(problems, capped=not check.retried))
+        self.pending_msgs.append(check.corrective(problems))
+        return None
+
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations
         return cap is not None and self.rounds >= max(1, cap)
@@ -241,7 +265,7 @@ class AgentLoop:
                             tools=self.menu.specs(), tool_choice=self.tool_choice,
                             parallel_tool_calls=cfg.parallel_tool_calls,
                             temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            options=cfg.options)
+                            response_format=cfg.response_format, options=cfg.options)
 
     def _maybe_reset_choice(self, message: AssistantMessage) -> None:
         choice = self.tool_choice
@@ -425,8 +449,9 @@ class AgentLoop:
             last = next((m for m in reversed(self.added) if isinstance(m, AssistantMessage)),
                         None)
             result = last.text() if last is not None and last.text() else None
+        output = self.output.value if self.output is not None and reason == "stop" else None
         return LoopOutcome(stop_reason=reason, error=error, result=result,
-                           messages=self.added, usage=usage)
+                           messages=self.added, usage=usage, output=output)
 
 
 async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,

@@ -11,7 +11,7 @@ from app.engine.approvals import ApprovalGate, WaitingCall
 from app.engine.events import RunStopReason
 from app.engine.queues import QueueMode
 from app.engine.streaming import Deadline
-from providers.base import Provider, ToolChoice
+from providers.base import Provider, ResponseFormat, ToolChoice
 from providers.messages import Message, Usage
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class LoopConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    response_format: ResponseFormat | None = None
+    """What the final answer must be (``app.engine.output``); None: any text."""
     tool_timeout: float = 120.0
     max_result_chars: int = 32_000
     run_id: str = ""
@@ -68,6 +70,8 @@ class LoopOutcome:
     result: str | None
     messages: list[Message]
     usage: Usage
+    output: dict[str, Any] | None = None
+    """The final answer parsed (a run with a response format that ended ``stop``)."""
     parked: list[WaitingCall] = field(default_factory=list)
     """Non-empty: the loop stopped to wait for these answers (no ``agent_end`` was sent); the
     runner parks the run and continues it from the checkpoint once they arrive."""

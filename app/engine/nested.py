@@ -72,12 +72,12 @@ class NestedLoop:
         return Resume(messages=list(self.messages), rounds=self.rounds,
                       turn_open=self.turn_open, started_calls=frozenset(self.open_calls))
 
-    def exec_result(self) -> tuple[str | None, list[Message], str, Usage, str | None]:
+    def exec_result(self) -> tuple[str | None, list[Message], str, Usage, str | None, Any]:
         """What ``runtime.exec`` returned from this loop (``text, messages, stop_reason,
-        usage, error``), read from its ``agent_end``."""
+        usage, error, output``), read from its ``agent_end``."""
         assert self.ended is not None
-        reason, error, text, usage = ended_fields(self.ended)
-        return text, load_messages(self.ended.get("messages") or []), reason, usage, error
+        reason, error, text, usage, output = ended_fields(self.ended)
+        return text, load_messages(self.ended.get("messages") or []), reason, usage, error, output
 
 
 @dataclass(slots=True)

@@ -163,10 +163,11 @@ def _lost_message(data: dict[str, Any]) -> Message:
     return message
 
 
-def ended_fields(end: dict[str, Any]) -> tuple[Any, str | None, str | None, Usage]:
-    """``(stop_reason, error, result, usage)`` of a written ``agent_end`` (its run's final
-    fields, for a run whose worker was lost between that event and the close)."""
+def ended_fields(end: dict[str, Any]) -> tuple[Any, str | None, str | None, Usage, Any]:
+    """``(stop_reason, error, result, usage, output)`` of a written ``agent_end`` (its run's
+    final fields, for a run whose worker was lost between that event and the close)."""
     texts = ["".join(b.get("text", "") for b in m.get("content", []) if b.get("type") == "text")
              for m in end.get("messages", []) if m.get("role") == "assistant"]
     result = next((t for t in reversed(texts) if t), None)
-    return end["stop_reason"], end.get("error"), result, Usage(**end.get("usage", {}))
+    return (end["stop_reason"], end.get("error"), result, Usage(**end.get("usage", {})),
+            end.get("output"))

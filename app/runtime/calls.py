@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +27,11 @@ from app.engine import LoopConfig, Resume, run_loop
 from app.engine.approvals import Ask, exec_gate
 from app.engine.events import Event
 from app.engine.nested import NestedLoop
+from app.engine.output import check_format, format_from_option
 from app.engine.queues import MessageSource, QueueMode
 from app.engine.streaming import Deadline
 from app.engine.tool_exec import NestedParked, ToolScope, current_scope
-from providers.base import ForcedTool, Provider, ToolChoice
+from providers.base import ForcedTool, Provider, ResponseFormat, ToolChoice
 from providers.messages import Message, Usage, UserMessage
 from tool_registry import Menu, build_menu, default_registry
 
@@ -41,13 +42,15 @@ _default_model: str | None = None
 
 @dataclass(slots=True, kw_only=True)
 class ExecResult:
-    """What ``exec`` returns: the final text, the messages it added, why it stopped."""
+    """What ``exec`` returns: the final text, the messages it added, why it stopped, and
+    under a ``response_format`` the final answer parsed (``output``; None unless ``stop``)."""
 
     text: str | None
     messages: list[Message]
     stop_reason: str
     usage: Usage
     error: str | None
+    output: dict[str, Any] | None = None
 
 
 def configure(resolver: Resolver | None, default_model: str | None = None) -> None:
@@ -73,7 +76,9 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                provider: Provider | None = None, abort: asyncio.Event | None = None,
                on_event: Callable[[Event], None] | None = None,
                approval: Sequence[str] | str | None = None,
-               on_approval: Ask | None = None) -> ExecResult:
+               on_approval: Ask | None = None,
+               response_format: Mapping[str, Any] | ResponseFormat | None = None
+               ) -> ExecResult:
     """Run the tool loop on ``content`` (after ``messages``, a history to continue).
 
     ``max_iterations`` caps model rounds (effective cap ``max(1, n)``; None: no cap).
@@ -87,6 +92,11 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
     ``Decision``; without it such picks are denied by a top-level call, while a nested call
     in a service run parks the whole run (``app.engine.nested``: the tool body runs again
     when the run is woken, and this call goes on from where its loop stopped).
+    ``response_format`` (OpenAI's ``{"type": "json_schema", "json_schema": {name, schema,
+    strict?}}`` or a ``ResponseFormat``) holds the final answer to a schema: the result's
+    ``output`` is it parsed, ``stop_reason`` ``output_invalid`` when it stayed invalid after
+    one corrective retry (``app.engine.output``); a schema agentloop cannot validate, or a
+    ``strict`` one that is not strict-compatible, raises ``ValueError``.
     """
     scope = current_scope.get()
     settings = load_settings()
@@ -95,6 +105,7 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
 
         ensure_tools(settings)
     menu = _menu(tools, toolset, tools_source, tools_allow, tools_deny, settings)
+    fmt = _format(response_format)
     choice = _choice(tool_choice)
     _check_forced(choice, menu)
     label = model or (scope.model if scope else _default_label(settings))
@@ -113,7 +124,8 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
                             max_tokens=max_tokens or settings.default_max_tokens or None,
                             deadline=_deadline(timeout, scope, settings), resolve=resolve,
                             tool_timeout=settings.tool_timeout,
-                            max_result_chars=settings.max_result_chars)
+                            max_result_chars=settings.max_result_chars,
+                            response_format=fmt)
         outer = scope.config.gate if scope is not None and scope.config is not None else None
         config.gate = exec_gate(approval, default_registry, on_approval, outer)
         emit = on_event or _ignore
@@ -125,9 +137,9 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
             emit, abort = _nest(config, scope, on_event, abort)
             logged = _logged(config, scope)
             if logged is not None and logged.ended is not None:  # it ended before the park
-                text, added, reason, usage, error = logged.exec_result()
+                text, added, reason, usage, error, output = logged.exec_result()
                 return ExecResult(text=text, messages=added, stop_reason=reason, usage=usage,
-                                  error=error)
+                                  error=error, output=output)
             if logged is not None:  # it parked the run: go on from where it stopped
                 resume, prompts = logged.resume(), []
                 context += logged.messages
@@ -148,7 +160,8 @@ async def exec(content: str | UserMessage | None = None, *, model: str | None = 
         if owned is not None:
             await owned.aclose()
     return ExecResult(text=outcome.result, messages=outcome.messages,
-                      stop_reason=outcome.stop_reason, usage=outcome.usage, error=outcome.error)
+                      stop_reason=outcome.stop_reason, usage=outcome.usage, error=outcome.error,
+                      output=outcome.output)
 
 
 def _nest(config: LoopConfig, scope: ToolScope, on_event: Callable[[Event], None] | None,
@@ -205,6 +218,22 @@ def _check_forced(choice: ToolChoice, menu: Menu) -> None:
     if isinstance(choice, ForcedTool) and choice.name not in menu.tools:
         raise ValueError(f"tool_choice names {choice.name!r}, which is not on this call's menu "
                          f"(tools: {sorted(menu.tools)})")
+
+
+def _format(value: Mapping[str, Any] | ResponseFormat | None) -> ResponseFormat | None:
+    """The call's response format, checked (``ValueError`` saying what is wrong)."""
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        spec = value.get("json_schema")
+        if kind not in ("json_schema", "text") or (
+                kind == "json_schema" and not (isinstance(spec, Mapping) and "name" in spec
+                                               and "schema" in spec)):
+            raise ValueError('response_format must be {"type": "json_schema", "json_schema": '
+                             '{"name": ..., "schema": {...}}} or {"type": "text"}')
+    fmt = format_from_option(value)
+    if fmt is not None:
+        check_format(fmt)
+    return fmt
 
 
 def _choice(value: ToolChoice | str | dict[str, str]) -> ToolChoice:

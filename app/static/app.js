@@ -10,7 +10,7 @@ const $ = (id) => document.getElementById(id);
 const THREAD = 'agentloop.thread';
 const RUN = 'agentloop.run';
 const STATUS_AFTER = {stop: 'completed', max_iterations: 'completed', error: 'failed',
-  aborted: 'cancelled'};
+  output_invalid: 'failed', aborted: 'cancelled'};
 
 class Playground {
   constructor() {

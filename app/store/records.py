@@ -42,6 +42,8 @@ class RunRecord:
     stop_reason: str | None = None
     error: str | None = None
     result: str | None = None
+    output: Any = None
+    """The final answer parsed, for a run with a response format that ended ``stop``."""
     usage: dict[str, int] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     request: dict[str, Any] = field(default_factory=dict)

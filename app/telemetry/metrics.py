@@ -38,7 +38,8 @@ MAX_EXTRA_PROVIDERS = 20
 """Provider label values admitted beyond the known ones (a custom factory's prefixes)."""
 _extra_providers: set[str] = set()
 _STATUSES = frozenset({"completed", "failed", "cancelled"})
-_STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "none"})
+_STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "output_invalid",
+                           "none"})
 _providers: frozenset[str] = frozenset({*BUILTIN, *builtin_profiles()})
 _tool_names: Callable[[], Collection[str]] = lambda: default_registry.tools  # noqa: E731
 

@@ -8,8 +8,9 @@ Timeline of one run::
                                                                  backend ◀── batches ──────┘
                        agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
 
-``status``: queued → running → completed (stop, max_iterations) | failed (error) |
-cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another worker owns the run.
+``status``: queued → running → completed (stop, max_iterations) | failed (error,
+output_invalid) | cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another
+worker owns the run.
 A runner cancelled from outside (graceful shutdown) lets the loop release taken queue messages,
 flushes the last checkpoint and hands the run back (``release_run``), then re-raises. A resumed
 run reads its whole log first (``app.engine.resume``): what was left open gets its end, the loop
@@ -29,6 +30,7 @@ from typing import Any
 from app.engine import LoopConfig, LoopOutcome, Resume, run_loop
 from app.engine.events import AgentEnd, RunResumed
 from app.engine.loop_config import ResolveProvider
+from app.engine.output import format_from_option
 from app.engine.resume import LogState, ended_fields, read_log_state
 from app.engine.streaming import Deadline
 from app.store.contract import Backend
@@ -167,7 +169,8 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
         return
-    await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage))
+    await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
+                              outcome.output))
     await _finish(deps.backend, claim)
 
 
@@ -295,10 +298,11 @@ async def _finish(backend: Backend, claim: Claim) -> None:
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
-def _final(reason: str, error: str | None, result: str | None, usage: Usage) -> dict[str, Any]:
+def _final(reason: str, error: str | None, result: str | None, usage: Usage,
+           output: Any = None) -> dict[str, Any]:
     metrics.record_run_end(STATUS[reason], reason)
     return {"status": STATUS[reason], "stop_reason": reason, "error": error, "result": result,
-            "usage": asdict(usage), "ended_at": now()}
+            "output": output, "usage": asdict(usage), "ended_at": now()}
 
 
 async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
@@ -359,6 +363,7 @@ def loop_config(record: RunRecord, model_id: str) -> LoopConfig:
            if req.get(k) is not None}
     return LoopConfig(model=model_id, model_label=str(req.get("model") or record.model),
                       tool_choice=tool_choice(req.get("tool_choice")),
+                      response_format=format_from_option(req.get("response_format")),
                       max_iterations=req.get("max_iterations", 20), run_id=record.id,
                       tenant=record.tenant, **opt)
 

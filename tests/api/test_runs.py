@@ -8,7 +8,7 @@ from tests.api.conftest import Api
 
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 RUN_KEYS = {"id", "status", "model", "created_at", "started_at", "ended_at", "stop_reason",
-            "error", "result", "usage", "messages", "metadata", "queue", "events_url",
+            "error", "result", "output", "usage", "messages", "metadata", "queue", "events_url",
             "stream_token", "thread_id", "multitask", "pending", "agent", "agent_version"}
 
 

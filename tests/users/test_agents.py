@@ -60,6 +60,9 @@ async def test_api_agents_are_versioned_and_runs_record_the_version(users: Users
     ({"overridable": ["input", "colour"]}, 422, "overridable"),
     ({"client_tools": [{"name": "read_file"}]}, 400, "client_tools[0].name"),
     ({"name": "no spaces"}, 422, "name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "f", "schema": {"type": "array"}}}}, 422, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_object"}}, 422, "response_format.type"),
 ])
 async def test_an_agent_is_checked_as_a_run_is(users: Users, definition: dict[str, Any],
                                                status: int, field: str) -> None:
@@ -135,3 +138,35 @@ async def test_a_token_names_known_agents_and_expires(users: Users) -> None:
     assert too_long.status_code == 422 and api_error(too_long)["field"] == "ttl"
     async with users.client("not.a.token") as nobody:
         assert (await nobody.get("/runs")).status_code == 401
+
+
+FORMAT = {"type": "json_schema", "json_schema": {"name": "reply", "schema": {
+    "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+    "additionalProperties": False}, "strict": True}}
+
+
+async def test_an_agent_sets_and_locks_response_format(users: Users) -> None:
+    name = f"formatted-{users.kind}"
+    created = await users.admin.post("/agents", json={
+        "name": name, "model": "fake:test", "toolset": "none", "response_format": FORMAT})
+    assert created.status_code == 201, created.text
+    stored = created.json()["definition"]["response_format"]
+    assert stored["json_schema"]["schema"] == FORMAT["json_schema"]["schema"]
+    locked = await users.admin.post("/runs", json={"agent": name, "input": "x",
+                                                   "response_format": {"type": "text"}})
+    assert locked.status_code == 403 and locked.json()["error"]["field"] == "response_format"
+    run = (await users.admin.post("/runs", json={"agent": name, "input": "fmt-a"})).json()
+    done = await wait_status(users.admin, run["id"], "failed")  # the echo model writes no JSON
+    assert done["stop_reason"] == "output_invalid" and done["output"] is None
+    sent = [r.response_format for r in users.provider.asked("fmt-a")]
+    assert len(sent) == 2 and all(f is not None and f.strict and f.name == "reply"
+                                  for f in sent)
+    await users.admin.put(f"/agents/{name}", json={
+        "name": name, "model": "fake:test", "toolset": "none", "response_format": FORMAT,
+        "overridable": ["input", "response_format"]})
+    run = (await users.admin.post("/runs", json={
+        "agent": name, "input": "fmt-b", "response_format": {"type": "text"}})).json()
+    done = await wait_status(users.admin, run["id"], "completed")
+    assert done["output"] is None and done["result"] == "echo: fmt-b"
+    assert [r.response_format for r in users.provider.asked("fmt-b")] == [None]
+    assert (await users.admin.delete(f"/agents/{name}")).status_code == 204
