@@ -7,6 +7,7 @@ sees. ``ToolContext`` is what the loop injects into a tool call; it is never par
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,33 @@ def _no_progress(partial: Any, /) -> None:
     return None
 
 
+class DataSink(Protocol):
+    """Sends a tool's typed data to the run's client (becomes a ``data`` event)."""
+
+    def __call__(self, name: str, data: Any, id: str | None, /) -> None: ...
+
+
+def _no_data(name: str, data: Any, id: str | None, /) -> None:
+    return None
+
+
+class StateHolder(Protocol):
+    """The run's shared state (``app.engine.shared_state.SharedState``)."""
+
+    @property
+    def value(self) -> dict[str, Any] | None: ...
+
+    def set(self, value: dict[str, Any]) -> None: ...
+
+    def patch(self, ops: list[dict[str, Any]]) -> None: ...
+
+
+RESERVED_DATA = frozenset({"output", "state"})
+"""``emit_data`` names the service sends itself (``data-output``, ``data-state``)."""
+DATA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What ``emit_data``'s ``name`` may be (it becomes the AI SDK's ``data-<name>`` part type)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class ToolContext:
     """Injected into a tool call: who is calling and how to report back."""
@@ -49,6 +77,43 @@ class ToolContext:
     menu: Any = None
     """The run's ``tool_registry.Menu`` (``tool_search`` loads deferred tools through it)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    data: DataSink = _no_data
+    shared: StateHolder | None = None
+
+    def emit_data(self, name: str, data: Any, id: str | None = None) -> None:
+        """Send typed data to the run's client while the tool runs: a frontend's generative
+        UI (a ``data`` event: the AI SDK's ``data-<name>`` part, replaced in place by a later
+        one with the same ``id``; an AG-UI ``CUSTOM`` event). ``name``: 1 to 64 letters,
+        digits, ``_`` or ``-``; ``data``: any JSON value. ``ValueError`` otherwise."""
+        if not isinstance(name, str) or not DATA_NAME.fullmatch(name):
+            raise ValueError(f"emit_data: name {name!r} must be 1 to 64 letters, digits, _ or -")
+        if name in RESERVED_DATA:
+            raise ValueError(f"emit_data: {name!r} is the service's own part (the run's "
+                             "structured output, its shared state): choose another name")
+        if id is not None and not isinstance(id, str):
+            raise ValueError("emit_data: id must be a string")
+        self.data(name, data, id)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The run's shared state (a copy; ``{}`` when it has none): AG-UI's agent state."""
+        value = self.shared.value if self.shared is not None else None
+        return value if value is not None else {}
+
+    def set_state(self, value: dict[str, Any]) -> None:
+        """Replace the run's shared state (the client gets it whole: AG-UI
+        ``STATE_SNAPSHOT``). ``ValueError`` for a non-object or one too large."""
+        self._holder().set(value)
+
+    def update_state(self, ops: list[dict[str, Any]]) -> None:
+        """Change the run's shared state by RFC 6902 JSON Patch operations, all or none (the
+        client gets them: AG-UI ``STATE_DELTA``). ``ValueError`` when they do not apply."""
+        self._holder().patch(ops)
+
+    def _holder(self) -> StateHolder:
+        if self.shared is None:
+            raise ValueError("this tool call has no shared state (it runs outside a run)")
+        return self.shared
 
 
 @dataclass(slots=True, kw_only=True)

@@ -37,6 +37,8 @@ CLIENT_TOOLS_MAX = 128
 """Most client tools one request may declare (the providers' own limit on a menu)."""
 NAMES_MAX = 256
 """Most entries in ``tools``, ``tools_allow``, ``tools_deny`` and ``approval``."""
+STATE_MAX_BYTES = 65_536
+"""Largest ``state`` a request may start a run with, as compact JSON (422 beyond)."""
 RESPONSE_SCHEMA_MAX_BYTES = 65_536
 """Largest ``response_format.json_schema.schema``, as compact JSON (422 beyond)."""
 
@@ -184,6 +186,17 @@ class RunOptions(BaseModel):
     response_format: ResponseFormatOption | None = Field(default=None, description=(
         "hold the final answer to a JSON Schema: the run's output (Run.output, agent_end."
         "output) is it parsed; one corrective retry, then stop_reason output_invalid"))
+    state: dict[str, Any] | None = Field(default=None, description=(
+        "the shared state the run starts with (a JSON object its tools read and change: "
+        "state_snapshot / state_delta events, AG-UI's agent state); by default a thread's "
+        "run starts from the state its thread's last run ended with"))
+
+    @field_validator("state")
+    @classmethod
+    def _bounded_state(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(orjson.dumps(value)) > STATE_MAX_BYTES:
+            raise ValueError(f"at most {STATE_MAX_BYTES} bytes of JSON")
+        return value
 
     def option_fields(self) -> dict[str, Any]:
         """The options as JSON-ready data (what a run stores of them)."""

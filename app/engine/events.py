@@ -210,10 +210,45 @@ class ApprovalDecided:
     parent_tool_call_id: str | None = None
 
 
+@dataclass(slots=True, kw_only=True)
+class ToolData:
+    """Typed data a running tool sent its client (``ToolContext.emit_data``): a frontend's
+    generative UI. A later one with the same ``name`` and ``id`` updates it in place."""
+
+    type: Literal["data"] = "data"
+    name: str
+    data: Any
+    id: str | None = None
+    tool_call_id: str
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class StateSnapshot:
+    """The run's shared state, whole: where it starts, or a tool set it (``set_state``)."""
+
+    type: Literal["state_snapshot"] = "state_snapshot"
+    state: dict[str, Any]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class StateDelta:
+    """A change to the run's shared state: RFC 6902 JSON Patch operations, in order
+    (``ToolContext.update_state``)."""
+
+    type: Literal["state_delta"] = "state_delta"
+    delta: list[dict[str, Any]]
+    depth: int = 0
+    parent_tool_call_id: str | None = None
+
+
 LoopEvent: TypeAlias = (
     AgentStart | TurnStart | MessageStart | MessageUpdate | MessageEnd | ToolExecutionStart
     | ToolExecutionUpdate | ToolExecutionEnd | TurnEnd | AgentEnd | ApprovalRequested
-    | ClientToolRequested
+    | ClientToolRequested | ToolData | StateSnapshot | StateDelta
 )
 ServiceEvent: TypeAlias = (RunCreated | MessageQueued | MessageWithdrawn | RunResumed
                            | ApprovalDecided)
@@ -221,7 +256,7 @@ Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
 OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id",
-                          "output"})
+                          "output", "id"})
 """Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null``."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 

@@ -31,6 +31,7 @@ from app.engine.events import (
     MessageEnd,
     MessageStart,
     RunStopReason,
+    ToolData,
     ToolExecutionEnd,
     ToolExecutionStart,
     ToolExecutionUpdate,
@@ -42,6 +43,7 @@ from app.engine.loop_config import LoopConfig, LoopOutcome
 from app.engine.output import OutputCheck
 from app.engine.queues import MessageSource, QueuedMessage, QueueMode
 from app.engine.resume_point import Resume, last_reply, results_after
+from app.engine.shared_state import SharedState
 from app.engine.streaming import Abortable, stream_assistant
 from app.engine.tool_exec import (
     CUT_OFF_BY_LENGTH,
@@ -123,6 +125,9 @@ class AgentLoop:
         self.restarted: set[str] = set()  # calls whose start is in the log (Resume)
         fmt = config.response_format
         self.output = OutputCheck(fmt) if fmt is not None else None
+        if not config.depth:  # the run's shared state: one holder, its events the run's
+            config.shared = config.shared or SharedState(None)
+            config.shared.bind(self.emit)
 
     def emit(self, event: Event) -> None:
         """Stamp depth and parent on nested events (a deeper loop's are), then emit."""
@@ -137,6 +142,8 @@ class AgentLoop:
             if resume is None:
                 self.emit(AgentStart(model=self.cfg.model_label or self.cfg.model,
                                      tools=self.menu.names()))
+                if not self.cfg.depth and self.cfg.shared is not None:
+                    self.cfg.shared.announce()
             else:
                 self.added.extend(resume.messages)
                 if self.output is not None:
@@ -361,10 +368,14 @@ class AgentLoop:
             self.emit(ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
                                           partial_result=partial))
 
+        def data(name: str, value: Any, id_: str | None, /) -> None:
+            self.emit(ToolData(name=name, data=value, id=id_, tool_call_id=call.id))
+
         cfg = self.cfg
         ctx = ToolContext(run_id=cfg.run_id, tool_call_id=call.id, tool_name=call.name,
                           depth=cfg.depth, tenant=cfg.tenant, workspace=cfg.workspace,
-                          cancel=self.abort, progress=progress, menu=self.menu)
+                          cancel=self.abort, progress=progress, menu=self.menu, data=data,
+                          shared=cfg.shared)
         scope = ToolScope(menu=self.menu, tools=list(self.menu.tools.values()), emit=self.emit,
                           depth=cfg.depth, tool_call_id=call.id, run_id=cfg.run_id,
                           model=cfg.model_label or cfg.model, provider=self.provider,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from app.engine.approvals import ApprovalGate, WaitingCall
 from app.engine.events import RunStopReason
 from app.engine.queues import QueueMode
+from app.engine.shared_state import SharedState
 from app.engine.streaming import Deadline
 from providers.base import Provider, ResponseFormat, ToolChoice
 from providers.messages import Message, Usage
@@ -57,6 +58,9 @@ class LoopConfig:
     """Tool-call ids used so far in the run (shared with nested loops, so ids are run-unique)."""
     gate: ApprovalGate | None = None
     """Which picks wait for a person, and the answers so far (None: none ever waits)."""
+    shared: SharedState | None = None
+    """The run's shared state (``app.engine.shared_state``): the runner's, with where the run
+    starts; the run's own loop makes an empty one otherwise; nested loops share it."""
     replay: Replay | None = None
     """A woken run's parked nested loops as its log holds them (``app.engine.nested``)."""
 

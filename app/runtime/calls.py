@@ -173,6 +173,7 @@ def _nest(config: LoopConfig, scope: ToolScope, on_event: Callable[[Event], None
     outer = scope.config
     if outer is not None:
         config.call_ids, config.replay = outer.call_ids, outer.replay
+        config.shared = outer.shared
         config.tool_timeout, config.max_result_chars = outer.tool_timeout, outer.max_result_chars
     emit = scope.emit if on_event is None else _tee(scope.emit, on_event)
     return emit, abort or scope.abort

@@ -64,6 +64,9 @@ class RunRecord:
     """Consecutive attempts whose worker died without progress (``AGENTLOOP_MAX_ATTEMPTS``)."""
     owner: str | None = None
     """The end user (subject) whose run this is; None: the tenant's own (an API key's)."""
+    state: dict[str, Any] | None = None
+    """The shared state the run ended with (``app.engine.shared_state``): where its thread's
+    next run starts."""
     replaced_by: str | None = None
     """A thread's reply another run replaced (a regenerated answer: ``ThreadPost.replaces``);
     its messages left the thread's history."""

@@ -41,6 +41,7 @@ from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
 from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
+from app.worker.run_state import run_state
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
 from providers.base import ForcedTool, ToolChoice
@@ -169,8 +170,9 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
         return
+    shared = kwargs["config"].shared
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
-                              outcome.output))
+                              outcome.output), state=shared.value if shared else None)
     await _finish(deps.backend, claim)
 
 
@@ -331,6 +333,7 @@ async def _loop_kwargs(deps: RunnerDeps, claim: Claim, record: RunRecord,
     config.resolve = deps.resolve_provider
     config.gate = await parking.run_gate(deps.backend, record, deps.registry, menu, claim)
     config.workspace = thread_workspace(record.id)  # a thread's runs share one
+    config.shared = await run_state(deps.backend, record)
     return {"provider": provider, "menu": menu, "config": config,
             "context": context, "prompts": prompts, "resume": resume,
             "steering": BackendQueue(sink, "steer"), "follow_up": BackendQueue(sink, "follow_up"),

@@ -2,17 +2,19 @@
 // parsing, event verifier (verifyEvents: order, open/close pairs, subagents) and the message
 // list it builds. Prints JSON:
 //   node ag_ui_run.mjs '<spec>'
-//   spec: {url, threadId, messages, tools?, forwardedProps?, abortAfter?}
-//   out:  {events: [...], messages: [...], result, error}
+//   spec: {url, threadId, messages, tools?, forwardedProps?, abortAfter?, state?}
+//   out:  {events: [...], messages: [...], state (the agent's, after the run), result, error}
 // Driven by tests/js/test_ag_ui.py against a live server.
 import { HttpAgent } from '@ag-ui/client';
 
 const spec = JSON.parse(process.argv[2]);
 const agent = new HttpAgent({ url: spec.url, threadId: spec.threadId,
-                              initialMessages: spec.messages, headers: spec.headers ?? {} });
-const out = { events: [], messages: [], result: null, error: null };
+                              initialMessages: spec.messages, headers: spec.headers ?? {},
+                              initialState: spec.state ?? {} });
+const out = { events: [], messages: [], state: null, result: null, error: null };
 const report = () => {
   out.messages = agent.messages;
+  out.state = agent.state;
   console.log(JSON.stringify(out));
 };
 try {

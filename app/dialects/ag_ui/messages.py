@@ -20,7 +20,7 @@ def to_ag_ui(message: dict[str, Any], message_id: str) -> dict[str, Any] | None:
     if role == "user":
         content = message["content"]
         text = content if isinstance(content, str) else result_text(content)
-        return {"id": message_id, "role": "user", "content": text}
+        return {"id": message.get("id") or message_id, "role": "user", "content": text}
     if role == "tool_result":
         return {"id": result_message_id(message["tool_call_id"]), "role": "tool",
                 "toolCallId": message["tool_call_id"],
@@ -46,8 +46,8 @@ def _assistant(message: dict[str, Any], message_id: str) -> dict[str, Any]:
 
 
 def history(messages: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
-    """A run's stored input as AG-UI messages (for a reconnect, which lacks the client's own
-    ids: they are ``<run id>-in-<index>``)."""
+    """A run's stored input as AG-UI messages (for a reconnect): a user message under the
+    client's own id, the others (and a user message sent without one) ``<run id>-in-<i>``."""
     out = []
     for i, message in enumerate(messages):
         converted = to_ag_ui(message, f"{run_id}-in-{i}")

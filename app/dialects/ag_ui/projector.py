@@ -11,8 +11,11 @@ Native event → AG-UI events:
     message_start (user)     TEXT_MESSAGE_* with role user: a steering or follow-up message
     tool_execution_update    CUSTOM {name: "agentloop.tool_progress"}
     tool_execution_end       TOOL_CALL_RESULT {content: the result's text}
+    data                     CUSTOM {name: the data's name, value: {id, data, toolCallId}}
+    state_snapshot / _delta  STATE_SNAPSHOT {snapshot} / STATE_DELTA {delta: the JSON Patch}
     agent_start / agent_end  SUBAGENT_STARTED / SUBAGENT_FINISHED or SUBAGENT_ERROR (depth > 0)
-    agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR
+    agent_end (depth 0)      RUN_FINISHED (outcome success, or cancelled) or RUN_ERROR;
+                             structured output: STATE_DELTA adding /output, and the result
     run_resumed              the blocks a crashed worker left open are closed, except the
                              run's step and the reply it was streaming: the resumed attempt
                              streams that reply again into the same message, and only what
@@ -51,6 +54,8 @@ from ag_ui.core import (
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
     SubagentErrorEvent,
@@ -191,6 +196,14 @@ class AgUiProjector(AgUiTakeover):
             return self._tool_end(event, sub)
         if kind == "agent_end":
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
+        if kind == "data":
+            return [CustomEvent(name=event["name"], subagent_run_id=sub, value={
+                "id": event.get("id"), "data": event["data"],
+                "toolCallId": event["tool_call_id"]})]
+        if kind == "state_snapshot":
+            return [StateSnapshotEvent(snapshot=event["state"])]
+        if kind == "state_delta":
+            return [_delta(event["delta"])]
         return []
 
     def _run_start(self, run_id: str) -> list[AgUiEvent]:
@@ -365,11 +378,18 @@ class AgUiProjector(AgUiTakeover):
     def _run_end(self, event: dict[str, Any]) -> list[AgUiEvent]:
         out = [*self._settle(), *self._unheld(), *self._close(lambda _: True)]
         reason, run_id = event["stop_reason"], event["run_id"]
-        if reason == "error":
+        if reason in ("error", "output_invalid"):
             return [*out, RunErrorEvent(message=event.get("error") or "the run failed",
-                                        code="run_failed")]
+                                        code="run_failed" if reason == "error" else reason)]
         if reason == "aborted":
             return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
                                            outcome=RunFinishedCancelledOutcome())]
+        if "output" in event:  # structured output: into the agent's state, and the result
+            out.append(_delta([{"op": "add", "path": "/output", "value": event["output"]}]))
         return [*out, RunFinishedEvent(thread_id=self.thread_id, run_id=run_id,
-                                       result=final_text(event))]
+                                       result=event.get("output", final_text(event)))]
+
+
+def _delta(ops: list[dict[str, Any]]) -> StateDeltaEvent:
+    """STATE_DELTA of JSON Patch operations (the protocol's typed operations, from JSON)."""
+    return StateDeltaEvent.model_validate({"type": "STATE_DELTA", "delta": ops})

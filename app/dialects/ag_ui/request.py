@@ -1,12 +1,13 @@
 """AG-UI's ``RunAgentInput`` (``ag-ui-protocol`` 1.0) as a run request.
 
 The thread id names the conversation (``app/dialects/conversation.py``), whose history the
-server keeps: the last message, the user's, is posted to it; the earlier ones are checked but
-not used. Per message role: ``user`` text and
-``image`` parts with inline (``data``) sources; ``assistant`` text and tool calls; ``tool``
-results (matched to their call by id); ``system`` and ``developer`` text joins the run's
-``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
-messages are left out. ``state`` is not used: agentloop keeps no agent state.
+server keeps: the last message, the user's, is read, checked and posted to it (its ``id``
+kept: snapshots show it); the earlier ones are the client's copy and are not read again
+(a message refused once does not fail the next input). The user message takes text and
+``image`` parts with inline (``data``) sources; ``system`` and ``developer`` text (wherever
+it is) joins the run's ``system``, and so does ``context`` (one line per item). A non-empty
+``state`` is the run's shared state to start from (``app.engine.shared_state``; an empty
+one: the thread's, as its last run left it).
 ``forwardedProps.agentloop`` takes the run options (``app.api.options``: model, server tools,
 approval, ...) and ``cancel_on_disconnect``; other forwarded props are left alone. Errors name
 the input's fields (``tools[0].name``, ``forwardedProps.agentloop.approval[0]``).
@@ -23,15 +24,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from ag_ui.core import RunAgentInput
 from pydantic import ConfigDict, StrictBool, ValidationError
 
-from app.api.checks import validation_to_api
+from app.api.checks import MESSAGE_ID, validation_to_api
 from app.api.errors import ApiError
 from app.api.options import AGENT_NAME, RunOptions
-
-_SKIPPED_ROLES = frozenset({"reasoning", "activity"})
 
 
 class AgentloopProps(RunOptions):
@@ -109,29 +107,28 @@ def tool_answers(body: RunAgentInput) -> list[tuple[str, str, bool, str]]:
     return out[::-1]
 
 
-def to_messages(body: RunAgentInput) -> tuple[list[dict[str, Any]], str | None]:
-    """(our messages, the system text) of the input; the last message must be the user's."""
-    out: list[dict[str, Any]] = []
-    system: list[str] = []
-    names: dict[str, str] = {}  # tool call id → tool name
+def to_messages(body: RunAgentInput) -> tuple[dict[str, Any], str | None]:
+    """(the new user message, the system text) of the input; the last message must be the
+    user's."""
     raw = [m.model_dump(by_alias=True) for m in body.messages]
-    for i, message in enumerate(raw):
-        role = message["role"]
-        if role in ("system", "developer"):
-            system.append(str(message.get("content") or ""))
-        elif role == "user":
-            out.append({"role": "user", "content": _user_content(message, f"messages[{i}]")})
-        elif role == "assistant":
-            out.append(_assistant(message, names))
-        elif role == "tool":
-            out.append(_tool_result(message, names))
-        elif role not in _SKIPPED_ROLES:
-            raise _invalid(f"messages[{i}].role", f"unknown role {role!r}")
     if not raw or raw[-1]["role"] != "user":
         raise _invalid(f"messages[{max(len(raw) - 1, 0)}].role",
                        "the last message must be the user's")
+    last = raw[-1]
+    prompt: dict[str, Any] = {"role": "user",
+                              "content": _user_content(last, f"messages[{len(raw) - 1}]")}
+    if isinstance(last.get("id"), str) and MESSAGE_ID.fullmatch(last["id"]):
+        prompt["id"] = last["id"]
+    system = [str(m.get("content") or "") for m in raw if m["role"] in ("system", "developer")]
     system += [f"{c.description}: {c.value}" for c in body.context or []]
-    return out, "\n\n".join(s for s in system if s) or None
+    return prompt, "\n\n".join(s for s in system if s) or None
+
+
+def start_state(body: RunAgentInput) -> dict[str, Any] | None:
+    """The input's ``state`` as the run's shared state to start from (None: empty or not an
+    object, so the thread's goes on)."""
+    state = body.state
+    return state if isinstance(state, dict) and state else None
 
 
 def _user_content(message: dict[str, Any], field: str) -> str | list[dict[str, Any]]:
@@ -150,25 +147,6 @@ def _user_content(message: dict[str, Any], field: str) -> str | list[dict[str, A
             raise _invalid(f"{field}.content[{j}]", "only text and inline (data) image parts "
                            "are accepted")
     return blocks
-
-
-def _assistant(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    if message.get("content"):
-        content.append({"type": "text", "text": str(message["content"])})
-    for call in message.get("toolCalls") or []:
-        names[call["id"]] = call["function"]["name"]
-        content.append({"type": "tool_call", "id": call["id"], "name": call["function"]["name"],
-                        "arguments": _arguments(call["function"].get("arguments"))})
-    return {"role": "assistant", "content": content}
-
-
-def _arguments(raw: object) -> dict[str, Any]:
-    try:
-        value = orjson.loads(raw) if isinstance(raw, str) and raw else {}
-    except orjson.JSONDecodeError:
-        value = {}
-    return value if isinstance(value, dict) else {}
 
 
 def _tool_result(message: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from app.dialects.ag_ui.request import (
     agent_name,
     agentloop_props,
     client_tools,
+    start_state,
     to_messages,
     tool_answers,
     wire_name,
@@ -111,16 +112,18 @@ async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) ->
     props = agentloop_props(body)
     if body.messages and body.messages[-1].role == "tool":
         return await _answer_run(body, svc, who, props.cancel_on_disconnect)
-    messages, system = to_messages(body)
+    prompt, system = to_messages(body)
     options, set_fields = props.option_fields(), props.options_set()
     options["system"] = "\n\n".join(s for s in (props.system, system) if s) or None
     options["metadata"] = {**props.metadata, "ag_ui_run_id": body.run_id[:255]}
     options["client_tools"] = client_tools(body)
+    if (state := start_state(body)) is not None:
+        options["state"], set_fields = state, set_fields | {"state"}
     if system:  # the input's system and developer messages, its context: the page's
         set_fields |= {"system"}
     if body.tools:
         set_fields |= {"client_tools"}
-    done = await submit(svc, turn(who, body.thread_id, messages[-1], options, wire_name(body),
+    done = await submit(svc, turn(who, body.thread_id, prompt, options, wire_name(body),
                                   agent=agent_name(body), set_fields=set_fields))
     projector = AgUiProjector(body.thread_id)
     return ag_ui_stream(svc.backend, done.run_id, projector,

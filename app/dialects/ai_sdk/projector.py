@@ -38,6 +38,7 @@ import orjson
 
 from app.dialects.nested import NestedTrace, result_text
 from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
+from app.engine.json_patch import PatchError, apply_patch
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1", "x-accel-buffering": "no",
            "cache-control": "no-cache"}
@@ -47,7 +48,7 @@ SUPERSEDED = {"agentloop": {"superseded": True}}
 """``providerMetadata`` of a text or reasoning part a lost worker streamed and the resumed
 attempt did not repeat (``app.dialects.takeover``): a UI may hide it."""
 _CUT_OFF = "the worker stopped before the call was complete"
-_FINISH = {"stop": "stop", "error": "error"}
+_FINISH = {"stop": "stop", "error": "error", "output_invalid": "error"}
 """Our stop reasons the SDK names; ``max_iterations`` (the round cap) is ``other``."""
 
 
@@ -64,6 +65,7 @@ class UIMessageProjector:
         """The run's client tools: their parts alone lack ``providerExecuted`` (the page runs
         them, so the SDK calls ``onToolCall`` for them only)."""
         self._model = ""
+        self._state: Any = None  # the run's shared state as its events built it
         self._steps: list[dict[str, Any]] = []  # per-step metadata: turn, model, usage
         self._seq = 0
         self._turn = 0
@@ -148,7 +150,25 @@ class UIMessageProjector:
             return self._tool_end(event)
         if kind == "agent_end":
             return self._end(event)
+        if kind in ("data", "state_snapshot", "state_delta"):
+            return self._data(event)
         return []  # run_resumed, agent_start, queue notices: nothing to show
+
+    def _data(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """A tool's data: a ``data-<name>`` part (replaced in place by a later one of the same
+        id); the shared state: the ``data-state`` part (id ``state``), whole each time."""
+        kind = event["type"]
+        if kind == "data":
+            part = {"type": f"data-{event['name']}", "data": event["data"]}
+            return [{**part, "id": event["id"]} if event.get("id") is not None else part]
+        if kind == "state_snapshot":
+            self._state = event["state"]
+        else:
+            try:
+                self._state = apply_patch(self._state or {}, event["delta"])
+            except PatchError:
+                return []
+        return [{"type": "data-state", "id": "state", "data": self._state}]
 
     def _step_end(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """``finish-step``, and the step's model and usage added to the message metadata
@@ -345,10 +365,14 @@ class UIMessageProjector:
         reason = event["stop_reason"]
         if reason == "aborted":
             return [*out, {"type": "abort", "reason": event.get("error") or "cancelled"}]
-        if reason == "error":
-            out.append({"type": "error", "errorText": event.get("error") or "the run failed"})
         meta = {"run_id": event["run_id"], "stop_reason": reason, "usage": event["usage"],
                 "model": self._model}
+        if reason in ("error", "output_invalid"):  # useChat stops reading at the error chunk:
+            out += [{"type": "message-metadata", "messageMetadata": meta},  # metadata first
+                    {"type": "error", "errorText": event.get("error") or "the run failed"}]
+        if "output" in event:  # structured output: a data part, and in the metadata
+            out.append({"type": "data-output", "id": "output", "data": event["output"]})
+            meta["output"] = event["output"]
         return [*out, {"type": "finish", "finishReason": _FINISH.get(reason, "other"),
                        "messageMetadata": meta}]
 
@@ -358,6 +382,8 @@ class UIMessageProjector:
         or client tool, then its output), so the page answers it as any other."""
         out = self._nested_chunks(event)
         kind, call_id = event.get("type"), event.get("tool_call_id")
+        if kind == "data":  # a nested tool's data is the page's all the same
+            return [*out, *self._data(event)]
         if kind in ("approval_requested", "client_tool_requested", "approval_decided"):
             self._lifted.add(str(call_id))
             return [*out, *self._hitl(event)]
