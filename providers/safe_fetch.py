@@ -147,7 +147,8 @@ class Fetched:
     @property
     def media_type(self) -> str:
         """The response's ``Content-Type`` without parameters, lower case ("" when none)."""
-        return self.response.headers.get("content-type", "").split(";")[0].strip().lower()
+        content_type = str(self.response.headers.get("content-type", ""))
+        return content_type.split(";")[0].strip().lower()
 
 
 async def _get(client: httpx.AsyncClient, url: httpx.URL, *, allow_private: bool,
