@@ -208,7 +208,7 @@ async def test_bad_requests_name_the_field(api: Api) -> None:
     unknown = await post({"id": "c", "messages": [user("hi")], "tools": ["nope"]})
     assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "tools[0]"
     image = await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
-        {"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}]}]})
+        {"type": "file", "mediaType": "text/plain", "url": "http://example.com/a.txt"}]}]})
     assert image.json()["error"]["field"] == "messages[0].parts[0].url"
     assert (await post({"id": "../x", "messages": [user("hi")]})).status_code == 422
     again = await post({"id": "c", "messages": [user("hi")], "trigger": "regenerate-message"})

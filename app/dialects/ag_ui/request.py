@@ -2,8 +2,8 @@
 
 The thread id names the conversation (``app/dialects/conversation.py``), whose history the
 server keeps: the last message, the user's, is posted to it; the earlier ones are checked but
-not used. Per message role: ``user`` text and
-``image`` parts with inline (``data``) sources; ``assistant`` text and tool calls; ``tool``
+not used. Per message role: ``user`` text, ``image`` and ``document`` parts (``data`` or
+``url`` sources, ``app.dialects.attachments``); ``assistant`` text and tool calls; ``tool``
 results (matched to their call by id); ``system`` and ``developer`` text joins the run's
 ``system``, and so does ``context`` (one line per item). ``reasoning`` and ``activity``
 messages are left out. ``state`` is not used: agentloop keeps no agent state.
@@ -30,6 +30,7 @@ from pydantic import ConfigDict, StrictBool, ValidationError
 from app.api.checks import validation_to_api
 from app.api.errors import ApiError
 from app.api.options import AGENT_NAME, RunOptions
+from app.dialects.attachments import ag_ui_names, from_ag_ui_part
 
 _SKIPPED_ROLES = frozenset({"reasoning", "activity"})
 
@@ -80,7 +81,7 @@ def wire_name(body: RunAgentInput) -> Callable[[str], str]:
         if name.startswith("client_tools"):
             return "tools" + name.removeprefix("client_tools")
         if name.startswith("input"):
-            return f"messages[{last}].content"
+            return ag_ui_names(name, last) or f"messages[{last}].content"
         if name == "agent":
             return "forwardedProps.agent"
         return f"forwardedProps.agentloop.{name}"
@@ -142,13 +143,8 @@ def _user_content(message: dict[str, Any], field: str) -> str | list[dict[str, A
     for j, part in enumerate(content or []):
         if part.get("type") == "text":
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
-        elif part.get("type") == "image" and (part.get("source") or {}).get("type") == "data":
-            source = part["source"]
-            blocks.append({"type": "image", "data": source["value"],
-                           "mime_type": source.get("mimeType", "")})
         else:
-            raise _invalid(f"{field}.content[{j}]", "only text and inline (data) image parts "
-                           "are accepted")
+            blocks.append(from_ag_ui_part(part, f"{field}.content[{j}]"))
     return blocks
 
 

@@ -6,8 +6,8 @@ posted; the others are still checked (a malformed one is a 422 naming it). ``tri
 
 The transport sends ``{id, messages, trigger, messageId?}`` plus whatever the page puts in the
 transport's ``body`` option: the run options (``app.api.options``, as on ``POST /runs``). A UI
-message's parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of
-user messages; ``text`` and finished tool parts (``tool-<name>`` or ``dynamic-tool`` with an
+message's parts become our content: ``text`` and ``file`` parts (``app.dialects.attachments``)
+of user messages; ``text`` and finished tool parts (``tool-<name>`` or ``dynamic-tool`` with an
 output or an error) of assistant messages, one assistant message per ``step-start`` with the
 results of its calls after it; the text of ``system`` messages becomes the run's ``system``.
 Other parts (reasoning, sources, data parts) are left out. Errors name the field
@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, StrictBool
 
 from app.api.errors import ApiError
 from app.api.options import AgentName, RunOptions
+from app.dialects.attachments import from_ai_sdk_file
 from app.dialects.conversation import CHAT_ID
 
 
@@ -87,19 +88,10 @@ def _user_content(parts: list[Any], field: str) -> list[dict[str, Any]]:
         if kind == "text":
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
         elif kind == "file":
-            blocks.append(_image(part, f"{field}.parts[{j}]"))
+            blocks.append(from_ai_sdk_file(part, f"{field}.parts[{j}]"))
     if not blocks:
-        raise _invalid(f"{field}.parts", "a user message needs a text or image part")
+        raise _invalid(f"{field}.parts", "a user message needs a text or file part")
     return blocks
-
-
-def _image(part: dict[str, Any], field: str) -> dict[str, Any]:
-    """A ``file`` part with a base64 ``data:image/...`` URL as an image block."""
-    url = str(part.get("url", ""))
-    head, _, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64")):
-        raise _invalid(f"{field}.url", "only image/* data URLs (base64) are accepted")
-    return {"type": "image", "data": data, "mime_type": head[5:-7]}
 
 
 def _assistant_steps(parts: list[Any], field: str) -> list[dict[str, Any]]:

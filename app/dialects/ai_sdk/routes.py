@@ -31,6 +31,7 @@ from app.delivery.sse import EventStreamResponse
 from app.dialects.ai_sdk.answers import answers
 from app.dialects.ai_sdk.projector import HEADERS, UIMessageProjector, chunk_frame
 from app.dialects.ai_sdk.request import ChatRequest, to_messages
+from app.dialects.attachments import ai_sdk_names
 from app.dialects.conversation import CHAT_ID, active_run, turn
 from app.dialects.tail import poll_seconds, projected_frames
 from app.store.contract import Backend
@@ -79,9 +80,9 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
-def _wire_name(last: int) -> Callable[[str], str]:
+def _wire_name(last: int, parts: Any) -> Callable[[str], str]:
     """The request's name of a pipeline field: the input is the last UI message's parts."""
-    return lambda name: f"messages[{last}].parts" if name.startswith("input") else name
+    return ai_sdk_names(last, parts if isinstance(parts, list) else [])
 
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
@@ -98,7 +99,8 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
     if system and not options.get("system"):  # the page's system messages set it too
         options["system"], set_fields = system, set_fields | {"system"}
     done = await submit(svc, turn(who, body.id, messages[-1], options,
-                                  _wire_name(len(body.messages) - 1), agent=body.agent,
+                                  _wire_name(len(body.messages) - 1,
+                                             body.messages[-1].get("parts")), agent=body.agent,
                                   set_fields=set_fields))
     return ui_stream(svc.backend, done.run_id,
                      poll=poll_seconds(svc.settings.sse_ping_seconds),
