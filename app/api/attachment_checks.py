@@ -18,6 +18,7 @@ Each failure names the block's field and, for a kind the model cannot take, the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -26,6 +27,7 @@ from app.api.services import Services
 from providers.attachments import (
     BASIC,
     DOCUMENT_TYPES,
+    EVERYTHING,
     IMAGE_TYPES,
     TEXT_TYPES,
     Accepts,
@@ -69,6 +71,19 @@ def rules_for(svc: Services, model: str) -> AttachmentRules:
     return AttachmentRules(model=model, takes=takes, block_max=settings.attachment_max_bytes,
                            request_max=settings.attachment_request_max_bytes,
                            allow_private=settings.fetch_allow_private)
+
+
+def check_result_images(content: list[Any], field: str, svc: Services) -> None:
+    """A client tool result's images, checked for shape and size like a message's (what the
+    model takes is not asked: a result goes to the model that called the tool)."""
+    rules = AttachmentRules(model="", takes=EVERYTHING,
+                            block_max=svc.settings.attachment_max_bytes,
+                            request_max=svc.settings.attachment_request_max_bytes,
+                            allow_private=svc.settings.fetch_allow_private)
+    budget = Budget()
+    for i, block in enumerate(content):
+        if isinstance(block, ImageContent):
+            check_attachment(block, f"{field}[{i}]", rules, budget)
 
 
 def _invalid(field: str, problem: str) -> ApiError:

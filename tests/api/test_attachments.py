@@ -200,3 +200,15 @@ async def test_a_threads_history_keeps_the_blocks(api: Api) -> None:
     assert isinstance(replayed, UserMessage) and replayed.content == [
         TextContent(text="look"), ImageContent(url=IMAGE_URL),
         DocumentContent(data=PDF, mime_type="application/pdf", name="r.pdf")]
+
+
+async def test_a_client_tool_results_images_are_checked_too(api: Api) -> None:
+    api.fake.script = [fake.hanging()]
+    run = await api.create()
+    url = f"/runs/{run['id']}/tool_results"
+    for image, name in (({"type": "image", "url": "http://example.com/a.png"}, "content[0].url"),
+                        ({"type": "image", "data": "@@", "mime_type": "image/png"},
+                         "content[0].data")):
+        resp = await api.client.post(url, json={"tool_call_id": "c1", "content": [image]})
+        assert resp.status_code == 422 and resp.json()["error"]["field"] == name, resp.text
+    await api.client.post(f"/runs/{run['id']}/cancel")
