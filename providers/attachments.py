@@ -100,13 +100,16 @@ def document_text(document: DocumentContent) -> str:
     return decode(document.data or "").decode("utf-8", "replace")
 
 
+_ALIASES = {"jpeg": {"jpg"}, "html": {"htm"}, "md": {"markdown"}}
+
+
 def file_name(block: Attachment) -> str:
     """A file name for the block: its ``name`` (or ``document``), with the extension of its
-    media type when it has none of its own."""
+    media type added unless it ends with it (a provider may read the type from it)."""
     name = (block.name if isinstance(block, DocumentContent) else None) or "document"
     extension = EXTENSIONS.get(block.mime_type or "")
-    stem, dot, suffix = name.rpartition(".")
-    if extension and not (dot and stem and suffix):
+    suffix = name.rpartition(".")[2].lower() if "." in name.strip(".") else ""
+    if extension and suffix not in {extension, *_ALIASES.get(extension, ())}:
         name = f"{name}.{extension}"
     return name
 
