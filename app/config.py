@@ -117,6 +117,15 @@ class Settings(BaseSettings):
     unsafe_code_tools: bool = False
     code_timeout_max: float = Field(default=300.0, gt=0)
     fetch_allow_private: bool = False
+    """Let ``http_fetch`` and attachment fetches reach loopback and private addresses (cloud
+    metadata addresses never)."""
+    attachment_max_bytes: int = Field(default=10 * MiB, ge=1)
+    """Largest image or document one message block may hold (decoded), or a URL fetched for
+    a provider that takes no URLs may serve."""
+    attachment_request_max_bytes: int = Field(default=20 * MiB, ge=1)
+    """Largest sum of the inline attachments of one request (decoded)."""
+    attachment_fetch_timeout: float = Field(default=20.0, gt=0)
+    """Seconds one attachment fetch may take, redirects included."""
     provider_retries: int = Field(default=4, ge=1)
     provider_connect_timeout: float = Field(default=10.0, gt=0)
     provider_read_timeout: float = Field(default=300.0, gt=0)

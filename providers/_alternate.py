@@ -8,18 +8,18 @@ of the model's role and of the block list. The mapping functions are the adapter
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from providers.messages import (
     AssistantMessage,
     Message,
     TextContent,
     ToolResultMessage,
-    UserContent,
     UserMessage,
 )
 
 _Json = dict[str, Any]
+C = TypeVar("C")
 
 
 def alternate(messages: list[Message], *, user: Callable[[UserMessage], list[_Json]],
@@ -46,6 +46,6 @@ def alternate(messages: list[Message], *, user: Callable[[UserMessage], list[_Js
     return out
 
 
-def non_empty(content: list[UserContent]) -> list[UserContent]:
+def non_empty(content: list[C]) -> list[C]:
     """The content blocks worth sending (providers reject empty text blocks)."""
     return [part for part in content if not (isinstance(part, TextContent) and not part.text)]

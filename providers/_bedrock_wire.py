@@ -10,6 +10,13 @@ Mapping (docs.aws.amazon.com, ``Converse`` / ``ConverseStream`` request syntax):
   text is rejected) and ``reasoningContent`` — the latter only for messages that came from
   Bedrock; other providers' thinking is sent as text.
 - Tool-use ids are rewritten to ``[a-zA-Z0-9_-]{1,64}`` by ``safe_tool_id``.
+- Attachments (``providers.attachments``): ``image`` blocks take bytes only (``format``
+  png/jpeg/gif/webp), so the adapter fetches an image URL first (under the SSRF guard); every
+  document (PDF, text, office) is a ``document`` block with its ``format`` (pdf, txt, md, csv,
+  html, doc, docx, xls, xlsx), its bytes, and a ``name`` made to Bedrock's rules
+  (``document_name``: letters, digits, single spaces, hyphens, parentheses and square
+  brackets, at most 200 characters, unique in the request). A user message holding a document
+  but no text gets a short text block, which Converse requires beside documents.
 - ``toolChoice``: auto→``{"auto":{}}``, required→``{"any":{}}``, forced X→``{"tool":{"name":X}}``.
   ``none`` withholds the tools — except when the history holds ``toolUse``/``toolResult``
   blocks, which Bedrock rejects without a ``toolConfig``: then the specs are sent with no
@@ -24,6 +31,7 @@ Mapping (docs.aws.amazon.com, ``Converse`` / ``ConverseStream`` request syntax):
 
 from __future__ import annotations
 
+import re
 from typing import Any, assert_never
 
 import orjson
@@ -31,9 +39,11 @@ import orjson
 from providers._alternate import alternate, non_empty
 from providers._output_format import system_with
 from providers._tool_ids import safe_tool_id
+from providers.attachments import DOCUMENT_TYPES, EXTENSIONS, IMAGE_TYPES, left_out
 from providers.base import ForcedTool, ModelRequest, ResponseFormat
 from providers.messages import (
     AssistantMessage,
+    DocumentContent,
     ImageContent,
     Message,
     TextContent,
@@ -45,6 +55,9 @@ from providers.messages import (
 
 PROVIDER_NAME = "bedrock"
 _Json = dict[str, Any]
+_NAME_REFUSED = re.compile(r"[^A-Za-z0-9\s()\[\]-]+")
+NAME_MAX = 200
+DOCUMENTS_NEED_TEXT = "(the attached documents)"
 
 
 def build_body(request: ModelRequest) -> _Json:
@@ -102,9 +115,39 @@ def _history_uses_tools(messages: list[Message]) -> bool:
 
 
 def convert_messages(messages: list[Message]) -> list[_Json]:
-    """Neutral history → alternating Converse messages."""
-    return alternate(messages, user=lambda m: _user_blocks(m.content),
-                     assistant=_assistant_blocks, tool_result=lambda m: [_tool_result(m)])
+    """Neutral history → alternating Converse messages (documents named uniquely, each
+    message with a document holding some text)."""
+    converted = alternate(messages, user=lambda m: _user_blocks(m.content),
+                          assistant=_assistant_blocks, tool_result=lambda m: [_tool_result(m)])
+    taken: set[str] = set()
+    for message in converted:
+        documents = [b["document"] for b in message["content"] if "document" in b]
+        for document in documents:
+            document["name"] = _unique(document["name"], taken)
+        if documents and not any("text" in b for b in message["content"]):
+            message["content"].append({"text": DOCUMENTS_NEED_TEXT})
+    return converted
+
+
+def document_name(name: str | None) -> str:
+    """A document name Bedrock takes: the file name without its directories and extension,
+    every run of other characters (and of whitespace) one space, at most ``NAME_MAX``
+    characters (``document`` when nothing is left)."""
+    stem = (name or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if "." in stem.lstrip("."):
+        stem = stem.rsplit(".", 1)[0]
+    cleaned = " ".join(_NAME_REFUSED.sub(" ", stem).split())[:NAME_MAX].strip()
+    return cleaned or "document"
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        suffix = f" ({n})"
+        candidate = name[:NAME_MAX - len(suffix)].rstrip() + suffix
+    taken.add(candidate)
+    return candidate
 
 
 def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
@@ -114,10 +157,15 @@ def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
 
 
 def _user_block(part: UserContent) -> _Json:
-    if isinstance(part, ImageContent):
-        fmt = part.mime_type.rpartition("/")[2].lower().replace("jpg", "jpeg")
-        return {"image": {"format": fmt, "source": {"bytes": part.data}}}
-    return {"text": part.text}
+    if isinstance(part, TextContent):
+        return {"text": part.text}
+    mime = (part.mime_type or "").lower().replace("image/jpg", "image/jpeg")
+    if isinstance(part, ImageContent) and part.data and mime in IMAGE_TYPES:
+        return {"image": {"format": EXTENSIONS[mime], "source": {"bytes": part.data}}}
+    if isinstance(part, DocumentContent) and part.data and mime in DOCUMENT_TYPES:
+        return {"document": {"format": EXTENSIONS[mime], "name": document_name(part.name),
+                             "source": {"bytes": part.data}}}
+    return {"text": left_out(part, PROVIDER_NAME)}
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[_Json]:

@@ -17,7 +17,7 @@ Choices shared by both adapters (documented here once):
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,16 +98,16 @@ class SSEEndpoint:
     retry: RetryPolicy
     timeout: httpx.Timeout | None
 
-    def stream(self, label: str, model: str, body: Callable[[], object],
+    def stream(self, label: str, model: str, body: Callable[[], Awaitable[object]],
                parser: StreamParser) -> AsyncIterator[ProviderEvent]:
-        """POST ``body()`` as JSON and stream the reply through ``parser``, never raising.
+        """POST ``await body()`` as JSON and stream the reply through ``parser``, never raising.
 
-        The body is built and encoded inside the frame, so a request that cannot be encoded is
-        an ``error`` event too.
+        The body is built (attachments fetched) and encoded inside the frame, so a request
+        that cannot be built or encoded is an ``error`` event too.
         """
         async def build() -> httpx.Request:
             return self.client.build_request(
-                "POST", self.url, content=orjson.dumps(body()),
+                "POST", self.url, content=orjson.dumps(await body()),
                 headers=auth_headers(self.api_key),
                 timeout=self.timeout or httpx.USE_CLIENT_DEFAULT)
 
@@ -123,9 +123,10 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return headers
 
 
-def data_url(image: ImageContent) -> str:
-    """An inline image as a ``data:`` URL."""
-    return f"data:{image.mime_type};base64,{image.data}"
+def image_url(image: ImageContent) -> str:
+    """An image's URL as both OpenAI protocols take it: its own, or its data as a ``data:``
+    URL."""
+    return image.url or f"data:{image.mime_type};base64,{image.data}"
 
 
 def tool_output_text(result: ToolResultMessage) -> str:

@@ -17,6 +17,10 @@ Mapping choices (pinned by ``tests/providers/test_openai_responses.py``):
   description?}}`` on every request (the Responses API takes it beside tools).
 - ``options`` are merged into the body last; ``reasoning_effort`` (the Chat Completions spelling)
   becomes ``reasoning: {effort, summary: "auto"}`` so one option works for both adapters.
+- Attachments (``providers.attachments``): an image is an ``input_image`` (``image_url``: its
+  https URL or a ``data:`` URL); every document (PDF, text, office) is an ``input_file``:
+  ``file_url`` for a URL (OpenAI fetches it), else ``file_data`` (a ``data:`` URL), with a
+  ``filename`` whose extension names its type.
 """
 
 from __future__ import annotations
@@ -25,16 +29,19 @@ from typing import Any
 
 import orjson
 
-from providers._openai_common import data_url, json_schema, tool_images, tool_output_text
+from providers._openai_common import image_url, json_schema, tool_images, tool_output_text
+from providers.attachments import data_url, file_name
 from providers.base import ForcedTool, ModelRequest, ToolChoice, ToolSpec
 from providers.messages import (
     AssistantMessage,
+    DocumentContent,
     ImageContent,
     Message,
     TextContent,
     ThinkingContent,
     ToolCall,
     ToolResultMessage,
+    UserContent,
     UserMessage,
 )
 
@@ -104,15 +111,26 @@ def build_input(messages: list[Message], *, provider: str) -> list[Item]:
     return out
 
 
-def _user(content: str | list[TextContent | ImageContent]) -> Item:
-    blocks = [TextContent(text=content)] if isinstance(content, str) else content
+def _user(content: str | list[UserContent]) -> Item:
+    blocks: list[UserContent] = [TextContent(text=content)] if isinstance(content, str) else content
     return {"role": "user", "content": [_part(b) for b in blocks]}
 
 
-def _part(block: TextContent | ImageContent) -> Item:
+def _part(block: UserContent) -> Item:
     if isinstance(block, TextContent):
         return {"type": "input_text", "text": block.text}
-    return {"type": "input_image", "image_url": data_url(block)}
+    if isinstance(block, ImageContent):
+        return {"type": "input_image", "image_url": image_url(block)}
+    return _file(block)
+
+
+def _file(block: DocumentContent) -> Item:
+    item: Item = {"type": "input_file", "filename": file_name(block)}
+    if block.url:
+        item["file_url"] = block.url
+    else:
+        item["file_data"] = data_url(block)
+    return item
 
 
 def _assistant(message: AssistantMessage, *, same: bool) -> list[Item]:

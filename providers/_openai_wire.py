@@ -15,6 +15,11 @@ Mapping choices (the contract ``tests/providers/test_openai_chat.py`` pins down)
   strict, description?}}`` on every request, tools or not (Chat Completions takes both: the
   model calls tools or answers in the format); ``strict`` as the run set it.
 - ``options`` are merged into the body last, verbatim (``reasoning_effort``, ``top_p`` …).
+- Attachments (``providers.attachments``): an image is an ``image_url`` part (its https URL,
+  or a ``data:`` URL); with ``pdf`` (OpenAI itself) a PDF is a ``file`` part (``filename``
+  and ``file_data``, a ``data:`` URL: Chat Completions takes no file URL, so the adapter
+  fetches it first); a text document is a ``text`` part naming it (Chat Completions has no
+  text documents). What the server cannot take is a text saying it was left out.
 """
 
 from __future__ import annotations
@@ -23,15 +28,18 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from providers._openai_common import data_url, json_schema, tool_images, tool_output_text
+from providers._openai_common import image_url, json_schema, tool_images, tool_output_text
+from providers.attachments import PDF, data_url, file_name, text_or_left_out
 from providers.base import ForcedTool, ModelRequest, ToolChoice, ToolSpec
 from providers.messages import (
     AssistantMessage,
+    DocumentContent,
     ImageContent,
     Message,
     TextContent,
     ToolCall,
     ToolResultMessage,
+    UserContent,
     UserMessage,
 )
 
@@ -63,11 +71,13 @@ class DeltaToolCall(TypedDict, total=False):
     function: dict[str, str | None]
 
 
-def build_body(request: ModelRequest, *, max_tokens_field: str) -> dict[str, Any]:
-    """The JSON body for ``POST /chat/completions`` with streaming on."""
+def build_body(request: ModelRequest, *, max_tokens_field: str,
+               pdf: bool = True) -> dict[str, Any]:
+    """The JSON body for ``POST /chat/completions`` with streaming on (``pdf``: the server
+    takes PDFs as ``file`` parts)."""
     body: dict[str, Any] = {
         "model": request.model,
-        "messages": build_messages(request.system, request.messages),
+        "messages": build_messages(request.system, request.messages, pdf=pdf),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -100,7 +110,8 @@ def tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
     return choice
 
 
-def build_messages(system: str | None, messages: list[Message]) -> list[WireMessage]:
+def build_messages(system: str | None, messages: list[Message], *,
+                   pdf: bool = True) -> list[WireMessage]:
     """Neutral messages → Chat Completions messages (see the module doc for the choices)."""
     out: list[WireMessage] = []
     if system:
@@ -115,23 +126,32 @@ def build_messages(system: str | None, messages: list[Message]) -> list[WireMess
         out.extend(_images_message(pending))
         pending = []
         if isinstance(message, UserMessage):
-            out.append({"role": "user", "content": _user_content(message)})
+            out.append({"role": "user", "content": _user_content(message, pdf=pdf)})
         else:
             out.extend(_assistant(message))
     out.extend(_images_message(pending))
     return out
 
 
-def _user_content(message: UserMessage) -> str | list[dict[str, Any]]:
+def _user_content(message: UserMessage, *, pdf: bool) -> str | list[dict[str, Any]]:
     if isinstance(message.content, str):
         return message.content
-    return [_part(c) for c in message.content]
+    return [_part(c, pdf=pdf) for c in message.content]
 
 
-def _part(block: TextContent | ImageContent) -> dict[str, Any]:
+def _part(block: UserContent, *, pdf: bool = False) -> dict[str, Any]:
     if isinstance(block, TextContent):
         return {"type": "text", "text": block.text}
-    return {"type": "image_url", "image_url": {"url": data_url(block)}}
+    if isinstance(block, ImageContent):
+        return {"type": "image_url", "image_url": {"url": image_url(block)}}
+    return _document(block, pdf=pdf)
+
+
+def _document(block: DocumentContent, *, pdf: bool) -> dict[str, Any]:
+    if pdf and block.mime_type == PDF and block.data:
+        return {"type": "file", "file": {"filename": file_name(block),
+                                         "file_data": data_url(block)}}
+    return {"type": "text", "text": text_or_left_out(block, "this model").text}
 
 
 def _assistant(message: AssistantMessage) -> list[WireMessage]:

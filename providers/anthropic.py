@@ -22,12 +22,18 @@ Request mapping (docs.anthropic.com, "Messages"):
   API's 400 and the run fails with it. Not ``strict`` → the instruction of
   ``providers._output_format`` appended to ``system`` (any model, any schema).
 - ``options`` keys in ``PASSTHROUGH_OPTIONS`` (e.g. ``thinking``) are copied into the body.
+- Attachments (``providers.attachments``): images as ``image`` blocks (``base64`` source, or
+  ``url`` for an image URL, which Anthropic fetches); a PDF as a ``document`` block (``base64``
+  or ``url`` source); a text document as a ``document`` block with a ``text`` source
+  (``text/plain``, its URL fetched here first); the block's ``name`` is the document's
+  ``title``. Office files are not taken.
 
 The stream is decoded by ``providers._anthropic_stream``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any, assert_never
 
@@ -40,10 +46,14 @@ from providers._http import RetryPolicy
 from providers._output_format import system_with
 from providers._stream_guard import guarded_stream
 from providers._tool_ids import safe_tool_id
+from providers.attachment_fetch import AttachmentFetcher
+from providers.attachments import PDF, TEXT_TYPES, Accepts, document_text, inline_urls, left_out
 from providers.base import ForcedTool, ModelRequest, ToolChoice
 from providers.events import ProviderEvent
 from providers.messages import (
     AssistantMessage,
+    Attachment,
+    DocumentContent,
     ImageContent,
     Message,
     TextContent,
@@ -58,19 +68,23 @@ DEFAULT_MAX_TOKENS = 8192
 PASSTHROUGH_OPTIONS = ("thinking", "top_p", "top_k", "stop_sequences", "metadata",
                        "service_tier")
 _Json = dict[str, Any]
+ACCEPTS = Accepts(images=True, urls=True, documents=frozenset({PDF}) | TEXT_TYPES)
 
 
 class AnthropicProvider:
     """Streams replies from Anthropic's Messages API (``name`` is ``"anthropic"``)."""
 
     name = "anthropic"
+    accepts = ACCEPTS
 
     def __init__(self, *, client: httpx.AsyncClient, base_url: str = "https://api.anthropic.com",
-                 api_key: str, retry: RetryPolicy | None = None) -> None:
+                 api_key: str, retry: RetryPolicy | None = None,
+                 fetcher: AttachmentFetcher | None = None) -> None:
         self._client = client
         self._url = base_url.rstrip("/") + "/v1/messages"
         self._api_key = api_key
         self._retry = retry or RetryPolicy()
+        self._fetcher = fetcher or AttachmentFetcher()
 
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicProvider(url={self._url!r})"
@@ -78,8 +92,10 @@ class AnthropicProvider:
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see ``providers.base.Provider``)."""
         async def build() -> httpx.Request:
+            messages = await inline_urls(request.messages, self._fetcher.inline, passes_url)
+            body = build_body(dataclasses.replace(request, messages=messages))
             return self._client.build_request(
-                "POST", self._url, content=orjson.dumps(build_body(request)),
+                "POST", self._url, content=orjson.dumps(body),
                 headers={"x-api-key": self._api_key, "anthropic-version": ANTHROPIC_VERSION,
                          "content-type": "application/json", "accept": "text/event-stream"})
 
@@ -153,11 +169,36 @@ def _user_blocks(content: str | list[UserContent]) -> list[_Json]:
     return [_user_block(part) for part in non_empty(content)]
 
 
+def passes_url(block: Attachment) -> bool:
+    """Whether Anthropic fetches the block's URL itself (images and PDFs); other URLs are
+    fetched here and sent inline."""
+    return isinstance(block, ImageContent) or block.mime_type == PDF
+
+
 def _user_block(part: UserContent) -> _Json:
     if isinstance(part, ImageContent):
+        if part.url:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
         return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type,
                                             "data": part.data}}
+    if isinstance(part, DocumentContent):
+        return _document(part)
     return {"type": "text", "text": part.text}
+
+
+def _document(part: DocumentContent) -> _Json:
+    if part.mime_type == PDF and part.url:
+        source: _Json = {"type": "url", "url": part.url}
+    elif part.mime_type == PDF:
+        source = {"type": "base64", "media_type": PDF, "data": part.data}
+    elif part.mime_type in TEXT_TYPES and part.data:
+        source = {"type": "text", "media_type": "text/plain", "data": document_text(part)}
+    else:
+        return {"type": "text", "text": left_out(part, AnthropicProvider.name)}
+    block: _Json = {"type": "document", "source": source}
+    if part.name:
+        block["title"] = part.name
+    return block
 
 
 def _assistant_blocks(message: AssistantMessage) -> list[_Json]:

@@ -12,6 +12,20 @@ environment mapping and ``ProviderSettings``; it never reads ``os.environ`` itse
 - any ``Profile`` (built in: ``ollama``, ``vllm``, ``openrouter``, ``groq``; operators add more):
   an OpenAI-compatible server, keyless when ``api_key_env`` is None.
 
+What each provider takes besides text (``accepts``; the run pipeline refuses the rest with a
+400 naming the model, ``providers.attachments`` has the media types):
+
+- ``openai``: images (URLs passed on), PDFs, text documents; a profile (an OpenAI-compatible
+  server): images (URLs fetched here), text documents, no PDFs;
+- ``openai-responses`` and ``bedrock``: images and every document type, office files too;
+- ``anthropic`` and ``gemini``: images, PDFs, text documents;
+- ``demo``: everything (it only describes it); a custom provider (``AGENTLOOP_PROVIDER_FACTORY``)
+  without an ``accepts`` attribute: text and images given as data.
+
+Attachments given by URL that a provider does not fetch itself are fetched by its adapter with
+the catalog's one ``AttachmentFetcher`` (``ProviderSettings``: size cap, timeout, private
+addresses).
+
 The adapters of other protocols are imported lazily, so this module works before they exist.
 Timeouts: the OpenAI adapters take ``ProviderSettings.timeout()`` per request; the other
 adapters use the client's, so build the shared client with ``settings.timeout()`` too.
@@ -32,6 +46,8 @@ from typing import Literal
 import httpx
 
 from providers._http import RetryPolicy
+from providers.attachment_fetch import AttachmentFetcher, MiB
+from providers.attachments import BASIC, Accepts
 from providers.base import Provider
 from providers.openai import OpenAIChatProvider
 from providers.openai_responses import OpenAIResponsesProvider
@@ -78,6 +94,12 @@ class ProviderSettings:
     """Seconds to wait between two streamed bytes."""
     profiles: dict[str, Profile] = field(default_factory=builtin_profiles)
     """Provider name → OpenAI-compatible server; add entries to reach more servers."""
+    attachment_max_bytes: int = 10 * MiB
+    """Largest attachment an adapter fetches from a URL."""
+    fetch_timeout: float = 20.0
+    """Seconds one attachment fetch may take, redirects included."""
+    fetch_allow_private: bool = False
+    """Let attachment fetches reach loopback and private addresses (never metadata ones)."""
 
     def timeout(self) -> httpx.Timeout:
         """The ``httpx.Timeout`` these settings describe."""
@@ -86,6 +108,18 @@ class ProviderSettings:
     def retry(self) -> RetryPolicy:
         """The retry policy these settings describe."""
         return RetryPolicy(attempts=self.retry_attempts)
+
+    def fetcher(self) -> AttachmentFetcher:
+        """The attachment fetcher these settings describe."""
+        return AttachmentFetcher(max_bytes=self.attachment_max_bytes, timeout=self.fetch_timeout,
+                                 allow_private=self.fetch_allow_private)
+
+
+def accepts(provider: object) -> Accepts:
+    """What ``provider`` takes besides text: its ``accepts`` attribute, else ``BASIC`` (text
+    and images given as data)."""
+    found = getattr(provider, "accepts", None)
+    return found if isinstance(found, Accepts) else BASIC
 
 
 BUILTIN = ("openai", "openai-responses", "anthropic", "gemini", "bedrock", "demo")
@@ -134,6 +168,7 @@ class Catalog:
         self._env = env
         self._settings = settings
         self._cache: dict[str, Provider] = {}
+        self._fetcher = settings.fetcher()
 
     def names(self) -> list[str]:
         """Every provider name this catalog knows."""
@@ -186,6 +221,11 @@ class Catalog:
     def _openai(self, name: str,
                 kind: type[OpenAIChatProvider] | type[OpenAIResponsesProvider]) -> Provider:
         base = self._env.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        if kind is OpenAIChatProvider:
+            return OpenAIChatProvider(
+                client=self._client, base_url=base, api_key=self._env.get("OPENAI_API_KEY"),
+                retry=self._settings.retry(), name=name, timeout=self._settings.timeout(),
+                fetcher=self._fetcher)
         return kind(client=self._client, base_url=base, api_key=self._env.get("OPENAI_API_KEY"),
                     retry=self._settings.retry(), name=name, timeout=self._settings.timeout())
 
@@ -199,7 +239,8 @@ class Catalog:
         # compatible servers read max_tokens; max_completion_tokens is OpenAI's own spelling
         return OpenAIChatProvider(client=self._client, base_url=profile.base_url, api_key=key,
                                   retry=retry, name=name, timeout=timeout,
-                                  max_tokens_field="max_tokens")
+                                  max_tokens_field="max_tokens", compatible=True,
+                                  fetcher=self._fetcher)
 
     def _anthropic(self) -> Provider:
         from providers.anthropic import AnthropicProvider
@@ -207,7 +248,7 @@ class Catalog:
         return AnthropicProvider(
             client=self._client, api_key=self._env["ANTHROPIC_API_KEY"],
             base_url=self._env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
-            retry=self._settings.retry())
+            retry=self._settings.retry(), fetcher=self._fetcher)
 
     def _gemini(self) -> Provider:
         from providers.gemini import GeminiProvider
@@ -215,14 +256,15 @@ class Catalog:
         key = self._env.get("GEMINI_API_KEY") or self._env["GOOGLE_API_KEY"]
         base = self._env.get("GEMINI_BASE_URL") or "https://generativelanguage.googleapis.com"
         return GeminiProvider(client=self._client, base_url=base, api_key=key,
-                              retry=self._settings.retry())
+                              retry=self._settings.retry(), fetcher=self._fetcher)
 
     def _bedrock(self) -> Provider:
         from providers.bedrock import BedrockProvider  # type: ignore[import-not-found,unused-ignore]
 
         try:
             provider: Provider = BedrockProvider.from_env(
-                client=self._client, env=self._env, retry=self._settings.retry())
+                client=self._client, env=self._env, retry=self._settings.retry(),
+                fetcher=self._fetcher)
         except ValueError as exc:
             raise ModelSpecError(f"provider 'bedrock' is not configured: {exc}") from exc
         return provider

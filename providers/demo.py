@@ -5,7 +5,8 @@ Used when no provider key is configured, so a new user sees the loop work end to
 - the last message names a tool on the menu → it calls that tool, with arguments built from the
   tool's JSON Schema (numbers and quoted strings taken from the message, in order);
 - the last message is a tool result → it answers from that result;
-- otherwise it echoes the message and says how to get a real model or a tool call.
+- otherwise it echoes the message, lists its attachments (kind, media type, name, size or
+  URL: nothing is fetched) and says how to get a real model or a tool call.
 
 Every reply starts with ``[demo model]``, except an answer under a response format: that is
 one JSON value for its schema, built from the reply it would have given
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from providers._demo_json import Example
+from providers.attachments import EVERYTHING, decoded_size
 from providers.base import ModelRequest, ToolSpec
 from providers.events import (
     DoneEvent,
@@ -34,6 +36,8 @@ from providers.events import (
     ToolCallStart,
 )
 from providers.messages import (
+    Attachment,
+    DocumentContent,
     ImageContent,
     Message,
     TextContent,
@@ -51,6 +55,7 @@ class DemoProvider:
     """A deterministic stand-in model that needs no network."""
 
     name = "demo"
+    accepts = EVERYTHING
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Reply to the last message of ``request`` (see module docstring)."""
@@ -96,8 +101,24 @@ def _answer(last: Message | None, request: ModelRequest) -> str:
     if request.tools:
         names = ", ".join(f"`{t.name}`" for t in request.tools[:5])
         hint = f" Name a tool ({names}) and I will call it."
-    return (f"{LABEL} You said: {said!r}. I am the offline demo model: set OPENAI_API_KEY, "
-            f"ANTHROPIC_API_KEY or GEMINI_API_KEY to use a real one.{hint}")
+    return (f"{LABEL} You said: {said!r}.{_attached(last)} I am the offline demo model: set "
+            f"OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY to use a real one.{hint}")
+
+
+def _attached(message: Message | None) -> str:
+    """`` Attached: ...`` naming the message's attachments ("" when it has none)."""
+    content = message.content if message is not None else ""
+    blocks = [c for c in content if isinstance(c, ImageContent | DocumentContent)] if (
+        not isinstance(content, str)) else []
+    return " Attached: " + "; ".join(_describe(b) for b in blocks) + "." if blocks else ""
+
+
+def _describe(block: Attachment) -> str:
+    kind = "image" if isinstance(block, ImageContent) else "document"
+    if isinstance(block, DocumentContent) and block.name:
+        kind += f" {block.name!r}"
+    where = f"at {block.url}" if block.url else f"{decoded_size(block.data or '')} bytes"
+    return f"{kind} ({block.mime_type or 'type unknown'}, {where})"
 
 
 def _named_tool(text: str, request: ModelRequest) -> ToolSpec | None:
@@ -151,9 +172,7 @@ def _text(message: Message | None) -> str:
     content = message.content
     if isinstance(content, str):
         return content
-    return " ".join(c.text if isinstance(c, TextContent) else
-                    ("[image]" if isinstance(c, ImageContent) else "") for c in content
-                    if isinstance(c, TextContent | ImageContent))
+    return " ".join(c.text if isinstance(c, TextContent) else f"[{c.type}]" for c in content)
 
 
 def _chunks(s: str, size: int) -> list[str]:

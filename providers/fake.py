@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from providers.attachments import EVERYTHING, Accepts
 from providers.base import ModelRequest
 from providers.events import (
     DoneEvent,
@@ -114,6 +115,8 @@ class FakeProvider:
     """How many streams were closed early (aborted) — asserts the stream really closes."""
     record: bool = True
     """Keep a deep copy of every request (off for benchmarks: copying is not the loop's cost)."""
+    accepts: Accepts = EVERYTHING
+    """What the run pipeline lets through to it (a test narrows it to see a refusal)."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Record ``request`` and play the next step."""

@@ -5,7 +5,11 @@ access logs or exception messages. Request mapping (ai.google.dev, "Function cal
 "Thought signatures"):
 
 - ``system`` → ``systemInstruction``; messages → ``contents`` with role ``user``/``model``
-  (same-role neighbours merged); images → ``inlineData``.
+  (same-role neighbours merged).
+- Attachments (``providers.attachments``): images, PDFs and text documents → ``inlineData``
+  with their media type (``text/markdown`` as ``text/plain``: Gemini reads every non-PDF
+  document as plain text). ``fileData.fileUri`` takes only the File API's own URIs, so a URL
+  is fetched here first (under the SSRF guard) and sent inline. Office files are not taken.
 - Assistant text, thinking (``thought: true``) and ``functionCall`` parts carry their
   ``thoughtSignature`` back only when the message came from Gemini; thinking from any other
   provider is sent as plain text.
@@ -35,6 +39,7 @@ The stream is decoded by ``providers._gemini_stream``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any, assert_never
 from urllib.parse import quote
@@ -47,10 +52,13 @@ from providers._gemini_stream import GeminiDecoder
 from providers._http import RetryPolicy
 from providers._output_format import system_with
 from providers._stream_guard import guarded_stream
+from providers.attachment_fetch import AttachmentFetcher
+from providers.attachments import PDF, TEXT_TYPES, Accepts, inline_urls, left_out
 from providers.base import ForcedTool, ModelRequest, ToolChoice
 from providers.events import ProviderEvent
 from providers.messages import (
     AssistantMessage,
+    Attachment,
     ImageContent,
     Message,
     TextContent,
@@ -64,20 +72,25 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 """Google's documented stand-in signature for function calls it did not produce."""
 PASSTHROUGH_GENERATION = ("thinkingConfig", "topP", "topK", "stopSequences", "seed")
 _Json = dict[str, Any]
+ACCEPTS = Accepts(images=True, urls=True, documents=frozenset({PDF}) | TEXT_TYPES)
+_INLINE_TYPES = {"text/markdown": "text/plain"}
 
 
 class GeminiProvider:
     """Streams replies from the Gemini API (``name`` is ``"gemini"``)."""
 
     name = "gemini"
+    accepts = ACCEPTS
 
     def __init__(self, *, client: httpx.AsyncClient,
                  base_url: str = "https://generativelanguage.googleapis.com",
-                 api_key: str, retry: RetryPolicy | None = None) -> None:
+                 api_key: str, retry: RetryPolicy | None = None,
+                 fetcher: AttachmentFetcher | None = None) -> None:
         self._client = client
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._retry = retry or RetryPolicy()
+        self._fetcher = fetcher or AttachmentFetcher()
 
     def __repr__(self) -> str:  # never show the key
         return f"GeminiProvider(base_url={self._base_url!r})"
@@ -88,8 +101,10 @@ class GeminiProvider:
         url = f"{self._base_url}/v1beta/models/{model}:streamGenerateContent"
 
         async def build() -> httpx.Request:
+            messages = await inline_urls(request.messages, self._fetcher.inline, _never)
+            body = build_body(dataclasses.replace(request, messages=messages))
             return self._client.build_request(
-                "POST", url, params={"alt": "sse"}, content=orjson.dumps(build_body(request)),
+                "POST", url, params={"alt": "sse"}, content=orjson.dumps(body),
                 headers={"x-goog-api-key": self._api_key, "content-type": "application/json",
                          "accept": "text/event-stream"})
 
@@ -144,10 +159,19 @@ def _user_parts(content: str | list[UserContent]) -> list[_Json]:
     return [_user_part(p) for p in non_empty(content)]
 
 
+def _never(block: Attachment) -> bool:
+    """No URL goes to Gemini as is: each is fetched and sent inline."""
+    return False
+
+
 def _user_part(part: UserContent) -> _Json:
-    if isinstance(part, ImageContent):
-        return {"inlineData": {"mimeType": part.mime_type, "data": part.data}}
-    return {"text": part.text}
+    if isinstance(part, TextContent):
+        return {"text": part.text}
+    takes = isinstance(part, ImageContent) or part.mime_type == PDF or part.mime_type in TEXT_TYPES
+    if not (takes and part.data):
+        return {"text": left_out(part, GeminiProvider.name)}
+    mime = part.mime_type or ""
+    return {"inlineData": {"mimeType": _INLINE_TYPES.get(mime, mime), "data": part.data}}
 
 
 def _model_parts(message: AssistantMessage) -> list[_Json]:

@@ -30,11 +30,27 @@ class TextContent:
 
 @dataclass(slots=True, kw_only=True)
 class ImageContent:
-    """An inline image: base64 ``data`` and its ``mime_type``."""
+    """An image: base64 ``data`` with its ``mime_type``, or an ``https://`` ``url`` (its
+    ``mime_type`` optional then). Exactly one of ``data`` and ``url`` is set (the run pipeline
+    checks it); an adapter whose provider takes no URL fetches it (``providers.attachments``)."""
 
     type: Literal["image"] = "image"
-    data: str
+    data: str | None = None
+    url: str | None = None
+    mime_type: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class DocumentContent:
+    """A document for the model to read (a PDF, a text document, an office file): base64
+    ``data`` or an ``https://`` ``url``, its ``mime_type`` and an optional file ``name``.
+    ``providers.attachments`` lists the media types and how each provider is sent them."""
+
+    type: Literal["document"] = "document"
     mime_type: str
+    data: str | None = None
+    url: str | None = None
+    name: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -78,7 +94,13 @@ class Usage:
 
 
 StopReason: TypeAlias = Literal["stop", "length", "tool_use", "error", "aborted"]
-UserContent: TypeAlias = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+UserContent: TypeAlias = Annotated[TextContent | ImageContent | DocumentContent,
+                                   Field(discriminator="type")]
+"""What a user message may hold: text, images and documents."""
+ToolResultContent: TypeAlias = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+"""What a tool result may hold: text and images."""
+Attachment: TypeAlias = ImageContent | DocumentContent
+"""A content block whose bytes travel inline (``data``) or by reference (``url``)."""
 AssistantContent: TypeAlias = Annotated[
     TextContent | ThinkingContent | ToolCall, Field(discriminator="type")
 ]
@@ -129,7 +151,7 @@ class ToolResultMessage:
     role: Literal["tool_result"] = "tool_result"
     tool_call_id: str
     tool_name: str
-    content: list[UserContent] = field(default_factory=list)
+    content: list[ToolResultContent] = field(default_factory=list)
     details: Any = None
     is_error: bool = False
     timestamp: int = field(default_factory=_now_ms)

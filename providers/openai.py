@@ -18,6 +18,7 @@ Request mapping lives in ``providers._openai_wire``; this module reads the strea
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from providers._http import RetryPolicy
 from providers._openai_common import SSEEndpoint, StreamParser
 from providers._openai_wire import DeltaToolCall, build_body
 from providers._sse import SSEEvent
+from providers.attachment_fetch import AttachmentFetcher
+from providers.attachments import PDF, TEXT_TYPES, Accepts, inline_urls
 from providers.base import ModelRequest
 from providers.events import (
     DoneEvent,
@@ -45,35 +48,54 @@ from providers.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from providers.messages import Usage
+from providers.messages import Attachment, ImageContent, Usage
 
 _StopReason: TypeAlias = Literal["stop", "length", "tool_use"]
 _STOP: dict[str, _StopReason] = {
     "stop": "stop", "length": "length", "tool_calls": "tool_use", "function_call": "tool_use"}
 _RETRYABLE_ERRORS = {"server_error", "rate_limit_exceeded", "overloaded_error", "timeout"}
+OPENAI_ACCEPTS = Accepts(images=True, urls=True, documents=frozenset({PDF}) | TEXT_TYPES)
+"""OpenAI's own Chat Completions: image URLs passed on, PDFs as files, text as text parts."""
+COMPATIBLE_ACCEPTS = Accepts(images=True, urls=True, documents=TEXT_TYPES)
+"""A compatible server (vLLM, Ollama, …): image URLs fetched and sent as data, no PDFs."""
 
 
 class OpenAIChatProvider:
-    """Streams a ``ModelRequest`` through an OpenAI-compatible ``/chat/completions`` endpoint."""
+    """Streams a ``ModelRequest`` through an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``compatible``: the server copies OpenAI's protocol (vLLM, Ollama, …) without its file
+    inputs, so image URLs are fetched and sent as ``data:`` URLs and PDFs are not taken."""
 
     def __init__(self, *, client: httpx.AsyncClient, base_url: str, api_key: str | None,
                  retry: RetryPolicy = RetryPolicy(), name: str = "openai",  # noqa: B008
                  max_tokens_field: str = "max_completion_tokens",
-                 timeout: httpx.Timeout | None = None) -> None:
+                 timeout: httpx.Timeout | None = None, compatible: bool = False,
+                 fetcher: AttachmentFetcher | None = None) -> None:
         self.name = name
         url = base_url.rstrip("/") + "/chat/completions"
         self._endpoint = SSEEndpoint(client, url, api_key, retry, timeout)
         self._max_tokens_field = max_tokens_field
+        self._compatible = compatible
+        self.accepts = COMPATIBLE_ACCEPTS if compatible else OPENAI_ACCEPTS
+        self._fetcher = fetcher or AttachmentFetcher()
 
     def __repr__(self) -> str:  # no key in logs
         return f"OpenAIChatProvider(name={self.name!r}, url={self._endpoint.url!r})"
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see the module doc for the mapping)."""
-        tokens_field = self._max_tokens_field
-        return self._endpoint.stream(self.name, request.model,
-                                     lambda: build_body(request, max_tokens_field=tokens_field),
+        async def body() -> dict[str, Any]:
+            messages = await inline_urls(request.messages, self._fetcher.inline, self._passes)
+            return build_body(dataclasses.replace(request, messages=messages),
+                              max_tokens_field=self._max_tokens_field,
+                              pdf=not self._compatible)
+
+        return self._endpoint.stream(self.name, request.model, body,
                                      ChatStreamParser(request.model))
+
+    def _passes(self, block: Attachment) -> bool:
+        """Whether the block's URL goes to the server as is: OpenAI's own image URLs."""
+        return isinstance(block, ImageContent) and not self._compatible
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from providers._http import RetryPolicy
 from providers._openai_common import SSEEndpoint, StreamParser
 from providers._openai_responses_wire import build_body
 from providers._sse import SSEEvent
+from providers.attachments import EVERYTHING, Accepts
 from providers.base import ModelRequest
 from providers.events import (
     DoneEvent,
@@ -57,7 +58,10 @@ _TEXT_DELTAS = ("response.output_text.delta", "response.refusal.delta")
 
 
 class OpenAIResponsesProvider:
-    """Streams a ``ModelRequest`` through the OpenAI Responses API."""
+    """Streams a ``ModelRequest`` through the OpenAI Responses API (attachment URLs, images
+    and files alike, are passed on: the API fetches them)."""
+
+    accepts: Accepts = EVERYTHING
 
     def __init__(self, *, client: httpx.AsyncClient, base_url: str, api_key: str | None,
                  retry: RetryPolicy = RetryPolicy(),  # noqa: B008
@@ -71,8 +75,10 @@ class OpenAIResponsesProvider:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see the module doc for the mapping)."""
-        return self._endpoint.stream(self.name, request.model,
-                                     lambda: build_body(request, provider=self.name),
+        async def body() -> dict[str, Any]:
+            return build_body(request, provider=self.name)
+
+        return self._endpoint.stream(self.name, request.model, body,
                                      ResponsesStreamParser(request.model))
 
 

@@ -9,26 +9,33 @@ names (400 ``unknown_tool``), ``client_tools`` (400 ``invalid_client_tool`` for 
 on the menu or given twice, 422 for a schema no provider takes), a ``timeout`` beyond the
 server's (422), a ``response_format`` schema agentloop cannot validate answers to, or a
 ``strict`` one that is not strict-compatible (422 naming ``response_format.json_schema.schema``),
-and each message of the input (422, ``input[i].<field>``).
+and each message of the input (422, ``input[i].<field>``), its attachments by
+``app.api.attachment_checks`` (422 shape, 400 a kind the model cannot take, 413 size).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from app.api.attachment_checks import AttachmentRules, Budget, check_attachment
 from app.api.errors import ApiError, deepest_error, field_path
 from app.api.options import ForcedChoice, RunOptions
 from app.engine.approvals import add_client_tools
 from app.engine.loop_config import ResolveProvider
 from app.engine.output import check_format
 from providers.catalog import ModelSpecError
-from providers.messages import ImageContent, TextContent, UserMessage, dump_message, message_adapter
+from providers.messages import (
+    DocumentContent,
+    ImageContent,
+    TextContent,
+    UserMessage,
+    dump_message,
+    message_adapter,
+)
 from tool_registry import Menu, MenuError, Registry, build_menu
 from tool_registry.json_schema import SchemaProblem
 
@@ -159,37 +166,30 @@ def validation_to_api(exc: ValidationError, prefix: str) -> ApiError:
     return ApiError(422, "validation_error", message, field)
 
 
-def check_user_content(message: UserMessage, field: str) -> None:
-    """422 for user content no provider accepts: blank text, an empty block list, an image
-    whose ``data`` is not base64 or whose ``mime_type`` is not ``image/*`` (refused here, not
-    as a provider error that fails the run later)."""
+def check_user_content(message: UserMessage, field: str, rules: AttachmentRules,
+                       budget: Budget) -> None:
+    """422 for user content no provider accepts: blank text, an empty block list; each image
+    and document checked against ``rules`` (``app.api.attachment_checks``), so it is refused
+    here, naming the field (and the model), not as a provider error that fails the run
+    later."""
     content = message.content
     if isinstance(content, str) or not content:
         if not (isinstance(content, str) and content.strip()):
             raise invalid(field, "must not be empty")
         return
     for i, block in enumerate(content):
-        if isinstance(block, ImageContent):
-            _check_image(block, f"{field}[{i}]")
+        if isinstance(block, ImageContent | DocumentContent):
+            check_attachment(block, f"{field}[{i}]", rules, budget)
         elif isinstance(block, TextContent) and not block.text.strip():
             raise invalid(f"{field}[{i}].text", "must not be empty")
 
 
-def _check_image(image: ImageContent, field: str) -> None:
-    if not image.mime_type.startswith("image/"):
-        raise invalid(f"{field}.mime_type", "must be an image/* media type")
-    try:
-        ok = bool(image.data) and bool(base64.b64decode(image.data, validate=True))
-    except (binascii.Error, ValueError):
-        ok = False
-    if not ok:
-        raise invalid(f"{field}.data", "must be non-empty base64")
-
-
-def normalise_input(value: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+def normalise_input(value: str | list[dict[str, Any]],
+                    rules: AttachmentRules) -> str | list[dict[str, Any]]:
     """A string as is; a list parsed message by message (errors name ``input[i]...``)."""
+    budget = Budget()
     if isinstance(value, str):
-        check_user_content(UserMessage(content=value, timestamp=0), "input")
+        check_user_content(UserMessage(content=value, timestamp=0), "input", rules, budget)
         return value
     if not value:
         raise invalid("input", "must not be an empty list")
@@ -200,17 +200,18 @@ def normalise_input(value: str | list[dict[str, Any]]) -> str | list[dict[str, A
         except ValidationError as exc:
             raise validation_to_api(exc, f"input[{i}]") from exc
         if isinstance(message, UserMessage):
-            check_user_content(message, f"input[{i}].content")
+            check_user_content(message, f"input[{i}].content", rules, budget)
             if message.id is not None and not MESSAGE_ID.fullmatch(message.id):
                 raise invalid(f"input[{i}].id", "must be 1 to 128 letters, digits or _.:-")
         out.append(dump_message(message))
     return out
 
 
-def user_prompts(value: str | list[dict[str, Any]]) -> list[UserMessage]:
+def user_prompts(value: str | list[dict[str, Any]],
+                 rules: AttachmentRules) -> list[UserMessage]:
     """The user messages a thread post carries (422 naming ``input[i].role`` for another
     role: the thread holds the rest of the conversation)."""
-    normalised = normalise_input(value)
+    normalised = normalise_input(value, rules)
     if isinstance(normalised, str):
         return [UserMessage(content=normalised)]
     out = []
@@ -223,14 +224,15 @@ def user_prompts(value: str | list[dict[str, Any]]) -> list[UserMessage]:
     return out
 
 
-def user_message(content: str | list[dict[str, Any]]) -> UserMessage:
-    """A queued user message from a steer/follow-up ``content`` (errors name ``content...``)."""
+def user_message(content: str | list[dict[str, Any]], rules: AttachmentRules) -> UserMessage:
+    """A queued user message from a steer/follow-up ``content`` (errors name ``content...``;
+    its attachments are checked against the run's model)."""
     try:
         message = message_adapter.validate_python({"role": "user", "content": content})
     except ValidationError as exc:
         raise validation_to_api(exc, "") from exc
     assert isinstance(message, UserMessage)
-    check_user_content(message, "content")
+    check_user_content(message, "content", rules, Budget())
     return message
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from app.api.attachment_checks import rules_for
 from app.api.auth import Principal
 from app.api.checks import user_message
 from app.api.errors import ApiError
@@ -92,7 +93,8 @@ async def enqueue(svc: Services, principal: Principal, run_id: str, kind: QueueK
     record = await load_run(svc.backend, run_id, principal)
     if record.status in TERMINAL:
         raise run_ended(run_id)
-    item = QueuedMessage(id=new_message_id(), message=user_message(content))
+    message = user_message(content, rules_for(svc, record.model))
+    item = QueuedMessage(id=new_message_id(), message=message)
     with bind(run_id=run_id, tenant=principal.tenant):
         try:  # the store checks again, atomically with the push, its event and the wake
             position = await svc.backend.enqueue(run_id, kind, item)

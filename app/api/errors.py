@@ -2,10 +2,11 @@
 
     {"error": {"code": "<machine_code>", "message": "<human sentence>", "field": "<path>|null"}}
 
-Status codes: 400 malformed JSON or an unknown model/tool/toolset, 401 no or bad credentials,
-404 unknown run or route, 405 wrong method, 409 idempotency conflict / run ended / message taken,
-413 body too large, 415 not JSON, 422 a body or query field of the wrong shape (a missing
-``input`` included), 503 the backend is unreachable (with ``Retry-After``).
+Status codes: 400 malformed JSON, an unknown model/tool/toolset or an attachment the model cannot
+take, 401 no or bad credentials, 404 unknown run or route, 405 wrong method, 409 idempotency
+conflict / run ended / message taken, 413 body (or an attachment) too large, 415 not JSON, 422
+a body or query field of the wrong shape (a missing ``input`` included), 503 the backend is
+unreachable (with ``Retry-After``).
 
 A door whose toolkit shows a refused request's body verbatim (the AI SDK's ``useChat`` puts it
 in ``error.message``) answers under its path prefix in **plain text** instead: the message as
@@ -70,10 +71,12 @@ class ApiError(HTTPException):
         return ApiError(self.status, self.code, message, field, self.extra_headers)
 
 
-_DOC = {400: "malformed JSON, or an unknown model, tool or toolset",
+_DOC = {400: "malformed JSON, an unknown model, tool or toolset, or an attachment the model "
+             "cannot take",
         401: "missing or invalid API key", 404: "no such run (or another tenant's)",
         409: "conflict (idempotency key, ended run, message taken)",
-        413: "request body too large", 415: "request body is not application/json",
+        413: "request body (or an attachment) too large",
+        415: "request body is not application/json",
         422: "a field of the wrong shape",
         429: "an end user's request rate was passed (Retry-After)",
         403: "an end user may not do this (a field its agent locks, an agent or admin route "
@@ -136,8 +139,8 @@ def wants_text(request: Request) -> bool:
     return request.url.path.startswith(prefixes) if prefixes else False
 
 
-_DISCRIMINATORS = frozenset({"user", "assistant", "tool_result", "text", "image", "thinking",
-                             "tool_call"})
+_DISCRIMINATORS = frozenset({"user", "assistant", "tool_result", "text", "image", "document",
+                             "thinking", "tool_call"})
 
 
 def field_path(loc: Sequence[int | str]) -> str | None:

@@ -6,7 +6,7 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
     POST /ag-ui ────────────┘   submit()      └ check_timeout ─ check_response_format ─ input
-                                                                       ─▶ create_run
+                                                (attachments against the model) ─▶ create_run
                                                                         │ post_thread_run
     every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)
 
@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from app.api import agents
+from app.api.attachment_checks import AttachmentRules, rules_for
 from app.api.auth import Principal
 from app.api.checks import (
     check_approval,
@@ -110,7 +111,7 @@ async def _submit(svc: Services, request: RunRequest) -> Submitted:
     if agent is not None:
         options = agents.apply(agent, options, request.set_fields)
     model = check_run_options(svc, options)
-    run = _Run(options=options, model=model, agent=agent)
+    run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model))
     if request.thread_id is None:
         return await _create(svc, request, run)
     return await _post(svc, request, request.thread_id, run)
@@ -118,11 +119,13 @@ async def _submit(svc: Services, request: RunRequest) -> Submitted:
 
 @dataclass(slots=True, frozen=True)
 class _Run:
-    """What the checks settled: the options, the model and the agent of the run."""
+    """What the checks settled: the options, the model and the agent of the run, and what
+    its input's attachments are checked against."""
 
     options: RunOptions
     model: str
     agent: agents.ResolvedAgent | None
+    rules: AttachmentRules
 
     def stored(self, value: Any) -> dict[str, Any]:
         """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised,
@@ -197,7 +200,7 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
         raise invalid("multitask", "only with thread_id")
     record = RunRecord(id=new_run_id(), tenant=tenant, model=run.model, created_at=time.time(),
                        metadata=dict(run.options.metadata), owner=request.principal.subject,
-                       request=run.stored(normalise_input(request.input)))
+                       request=run.stored(normalise_input(request.input, run.rules)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
     digest = request_hash({"tenant": tenant, "body": request.digest_of})
     record, created = await svc.backend.create_run(record, idempotency_key=key,
@@ -242,8 +245,8 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
 def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
     """The store's ``ThreadPost``: the prompts, and the run to create if one must start."""
     options, tenant = run.options, request.principal.tenant
-    prompts = user_prompts(request.input)
-    stored = run.stored(normalise_input(request.input))
+    prompts = user_prompts(request.input, run.rules)
+    stored = run.stored(normalise_input(request.input, run.rules))
     stored["thread_id"] = thread_id
     candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=run.model,
                           created_at=time.time(), metadata=dict(options.metadata),

@@ -20,7 +20,7 @@ from pydantic import Field, TypeAdapter
 from typing_extensions import TypedDict
 
 from app.engine.events import OMIT_IF_NONE, Event
-from providers.messages import AssistantContent, Message, UserContent
+from providers.messages import AssistantContent, Message, ToolResultContent, UserContent
 
 REF = "#/components/schemas/{model}"
 Json = dict[str, Any]
@@ -41,12 +41,12 @@ class MessageDelta(TypedDict):
 class ToolResult(TypedDict):
     """What a tool returned (``tool_execution_end.result``)."""
 
-    content: list[UserContent]
+    content: list[ToolResultContent]
     details: Any
 
 
 NAMED_UNIONS = {"Message": Message, "UserContent": UserContent,
-                "AssistantContent": AssistantContent}
+                "ToolResultContent": ToolResultContent, "AssistantContent": AssistantContent}
 """Discriminated unions that get a component of their own instead of being inlined."""
 ENUMS: dict[str, Json] = {
     "RunStatus": {"type": "string",
@@ -102,16 +102,22 @@ def _drop_null(prop: Json) -> Json:
     return {**rest, **options[0]} if len(options) == 1 else rest
 
 
+def _may_be_unset(prop: Json) -> bool:
+    """Whether a field can be None (a nullable union, or a schema of any value)."""
+    return "anyOf" in prop or "type" not in prop
+
+
 def _as_sent(schema: Json, *, event: bool) -> Json:
     """An output object schema: every field required but those left out when unset."""
     props = {k: v for k, v in schema["properties"].items()}
-    for name in props.keys() & OMIT_IF_NONE:
+    omitted = {name for name in props.keys() & OMIT_IF_NONE if _may_be_unset(props[name])}
+    for name in omitted:
         props[name] = _drop_null(props[name])
     if event:
         props = {**ENVELOPE, **props}
     for prop in props.values():
         prop.pop("default", None)
-    required = [k for k in props if k not in OMIT_IF_NONE]
+    required = [k for k in props if k not in omitted]
     return {**schema, "properties": props, "required": required}
 
 

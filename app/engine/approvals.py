@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeAlias
 from pydantic import TypeAdapter
 
 from providers.base import ToolSpec
-from providers.messages import ImageContent, TextContent, ToolCall, UserContent
+from providers.messages import ImageContent, TextContent, ToolCall, ToolResultContent
 from tool_registry import Menu, Registry, ToolResult
 from tool_registry.registry import WrappedTool
 
@@ -209,7 +209,7 @@ def add_client_tools(menu: Menu, specs: list[dict[str, Any]]) -> None:
         menu.tools[tool.name] = tool
 
 
-BLOCKS: TypeAdapter[list[UserContent]] = TypeAdapter(list[UserContent])
+BLOCKS: TypeAdapter[list[ToolResultContent]] = TypeAdapter(list[ToolResultContent])
 """Content blocks of a client tool's result (stored and posted alike)."""
 
 

@@ -256,8 +256,10 @@ Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
 OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id",
-                          "output", "id"})
-"""Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null``."""
+                          "output", "id", "data", "url", "mime_type", "name"})
+"""Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null`` (an
+attachment's ``data`` or ``url``, an image's ``mime_type``, a document's ``name``; a user
+message's client ``id``, a tool's data ``id``)."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

@@ -30,7 +30,10 @@ def provider_settings(settings: Settings) -> ProviderSettings:
         profiles[name] = Profile(**spec)
     return ProviderSettings(retry_attempts=settings.provider_retries,
                             connect_timeout=settings.provider_connect_timeout,
-                            read_timeout=settings.provider_read_timeout, profiles=profiles)
+                            read_timeout=settings.provider_read_timeout, profiles=profiles,
+                            attachment_max_bytes=settings.attachment_max_bytes,
+                            fetch_timeout=settings.attachment_fetch_timeout,
+                            fetch_allow_private=settings.fetch_allow_private)
 
 
 def make_store(settings: Settings) -> Backend:

@@ -218,6 +218,9 @@ async def test_bad_requests_name_the_field_in_plain_text(api: Api) -> None:
     refused(await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
         {"type": "file", "mediaType": "image/png", "url": "javascript:alert(1)"}]}]}),
         422, "validation_error", "messages[0].parts[0].url")
+    refused(await post({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [
+        {"type": "file", "mediaType": "text/plain", "url": "http://example.com/a.txt"}]}]}),
+        422, "validation_error", "messages[0].parts[0].url")
     refused(await post({"id": "../x", "messages": [user("hi")]}), 422, "validation_error", "id")
     refused(await api.client.post("/ai-sdk/chat", content=b"{", headers={
         "content-type": "application/json"}), 400, "invalid_json", None)

@@ -6,7 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.providers.attachment_support import host, public_localhost, tls
 from tests.support.wire_server import WireServer
+
+__all__ = ["host", "public_localhost", "tls"]
 
 
 @pytest.fixture

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from providers.attachments import BASIC
 from providers.base import ModelRequest
 from providers.catalog import (
     Catalog,
     ModelSpecError,
     Profile,
     ProviderSettings,
+    accepts,
     default_model,
     parse_model,
 )
@@ -128,3 +130,24 @@ async def test_profiles_reach_compatible_servers(client) -> None:
         assert chat_req.json["max_tokens"] == 8
         assert chat_req.headers["authorization"] == "Bearer k1"
         assert resp_req.path == "/v1/responses" and "authorization" not in resp_req.headers
+
+
+def test_what_each_provider_takes(client: httpx.AsyncClient) -> None:
+    env = {"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k", "GEMINI_API_KEY": "k",
+           "AWS_BEARER_TOKEN_BEDROCK": "t"}
+    catalog = Catalog(client, env, ProviderSettings())
+    takes = {name: accepts(catalog.provider(name)) for name in
+             ("openai", "ollama", "openai-responses", "anthropic", "gemini", "bedrock", "demo")}
+    pdf, docx = "application/pdf", "application/vnd.ms-excel"
+    assert {n for n, t in takes.items() if pdf in t.documents} == {
+        "openai", "openai-responses", "anthropic", "gemini", "bedrock", "demo"}
+    assert {n for n, t in takes.items() if docx in t.documents} == {
+        "openai-responses", "bedrock", "demo"}
+    assert all(t.images and t.urls and "text/csv" in t.documents for t in takes.values())
+    assert accepts(object()) == BASIC and not BASIC.urls and not BASIC.documents
+
+
+def test_the_catalog_fetcher_follows_the_settings(client: httpx.AsyncClient) -> None:
+    settings = ProviderSettings(attachment_max_bytes=123, fetch_allow_private=True)
+    fetcher = settings.fetcher()
+    assert (fetcher.max_bytes, fetcher.allow_private) == (123, True)

@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from providers import safe_fetch
+from providers.safe_fetch import forbidden_reason
 from tests.tools.conftest import call, text
-from tool_registry.builtin import web
-from tool_registry.builtin.web import forbidden_reason, http_fetch
+from tool_registry.builtin.web import http_fetch
 
 PAGE = (b"<html><head><title>Hello</title><script>var secret=1</script></head>"
         b"<body><h1>Public page</h1><p>Readable &amp; fine.</p></body></html>")
@@ -51,7 +52,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
 def public_test_host(monkeypatch):
     """``public.test`` resolves to 127.0.0.1, and only that exact address counts as public:
     the test server stands in for a public site; everything else keeps the real check."""
-    real_resolve, real_reason = web.resolve_host, web.forbidden_reason
+    real_resolve, real_reason = safe_fetch.resolve_host, safe_fetch.forbidden_reason
 
     async def resolve(host: str, port: int):
         return [ipaddress.ip_address("127.0.0.1")] if host == "public.test" else (
@@ -60,8 +61,8 @@ def public_test_host(monkeypatch):
     def reason(ip, allow_private):
         return None if str(ip) == "127.0.0.1" else real_reason(ip, allow_private)
 
-    monkeypatch.setattr(web, "resolve_host", resolve)
-    monkeypatch.setattr(web, "forbidden_reason", reason)
+    monkeypatch.setattr(safe_fetch, "resolve_host", resolve)
+    monkeypatch.setattr(safe_fetch, "forbidden_reason", reason)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1/", "http://[::1]/", "http://169.254.169.254/",

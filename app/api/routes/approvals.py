@@ -16,6 +16,7 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from app.api import control
+from app.api.attachment_checks import check_result_images
 from app.api.auth import Principal
 from app.api.control import AnswerIn
 from app.api.errors import ApiError, documented
@@ -58,6 +59,7 @@ async def tool_result(run_id: str, body: ToolResultIn, svc: ServicesDep,
                       who: PrincipalDep) -> Run:
     """A client tool's result, fed back to the model as the pick's result."""
     content = _content(body.content)
+    check_result_images(content, "content", svc)
     decision = Decision(kind="result", content=content, is_error=body.is_error)
     return await answered(svc, who, run_id,
                           AnswerIn(body.tool_call_id, "client_tool", decision))

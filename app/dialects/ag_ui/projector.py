@@ -198,7 +198,7 @@ class AgUiProjector(AgUiTakeover):
             return self._agent_end(event, sub) if event.get("depth") else self._run_end(event)
         if kind == "data":
             return [CustomEvent(name=event["name"], subagent_run_id=sub, value={
-                "id": event.get("id"), "data": event["data"],
+                "id": event.get("id"), "data": event.get("data"),
                 "toolCallId": event["tool_call_id"]})]
         if kind == "state_snapshot":
             return [StateSnapshotEvent(snapshot=event["state"])]

@@ -3,11 +3,11 @@
 The thread id names the conversation (``app/dialects/conversation.py``), whose history the
 server keeps: the last message, the user's, is read, checked and posted to it (its ``id``
 kept: snapshots show it); the earlier ones are the client's copy and are not read again
-(a message refused once does not fail the next input). The user message takes text and
-``image`` parts with inline (``data``) sources; ``system`` and ``developer`` text (wherever
-it is) joins the run's ``system``, and so does ``context`` (one line per item). A non-empty
-``state`` is the run's shared state to start from (``app.engine.shared_state``; an empty
-one: the thread's, as its last run left it).
+(a message refused once does not fail the next input). The user message takes text,
+``image`` and ``document`` parts (``data`` or ``url`` sources, ``app.dialects.attachments``);
+``system`` and ``developer`` text (wherever it is) joins the run's ``system``, and so does
+``context`` (one line per item). A non-empty ``state`` is the run's shared state to start
+from (``app.engine.shared_state``; an empty one: the thread's, as its last run left it).
 ``forwardedProps.agentloop`` takes the run options (``app.api.options``: model, server tools,
 approval, ...) and ``cancel_on_disconnect``; other forwarded props are left alone. Errors name
 the input's fields (``tools[0].name``, ``forwardedProps.agentloop.approval[0]``).
@@ -30,6 +30,7 @@ from pydantic import ConfigDict, StrictBool, ValidationError
 from app.api.checks import MESSAGE_ID, validation_to_api
 from app.api.errors import ApiError
 from app.api.options import AGENT_NAME, RunOptions
+from app.dialects.attachments import ag_ui_names, from_ag_ui_part
 
 
 class AgentloopProps(RunOptions):
@@ -78,7 +79,7 @@ def wire_name(body: RunAgentInput) -> Callable[[str], str]:
         if name.startswith("client_tools"):
             return "tools" + name.removeprefix("client_tools")
         if name.startswith("input"):
-            return f"messages[{last}].content"
+            return ag_ui_names(name, last) or f"messages[{last}].content"
         if name == "agent":
             return "forwardedProps.agent"
         return f"forwardedProps.agentloop.{name}"
@@ -139,13 +140,8 @@ def _user_content(message: dict[str, Any], field: str) -> str | list[dict[str, A
     for j, part in enumerate(content or []):
         if part.get("type") == "text":
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
-        elif part.get("type") == "image" and (part.get("source") or {}).get("type") == "data":
-            source = part["source"]
-            blocks.append({"type": "image", "data": source["value"],
-                           "mime_type": source.get("mimeType", "")})
         else:
-            raise _invalid(f"{field}.content[{j}]", "only text and inline (data) image parts "
-                           "are accepted")
+            blocks.append(from_ag_ui_part(part, f"{field}.content[{j}]"))
     return blocks
 
 

@@ -159,7 +159,7 @@ class UIMessageProjector:
         id); the shared state: the ``data-state`` part (id ``state``), whole each time."""
         kind = event["type"]
         if kind == "data":
-            part = {"type": f"data-{event['name']}", "data": event["data"]}
+            part = {"type": f"data-{event['name']}", "data": event.get("data")}
             return [{**part, "id": event["id"]} if event.get("id") is not None else part]
         if kind == "state_snapshot":
             self._state = event["state"]

@@ -8,8 +8,8 @@ a message the server refused once (and did not store) does not fail every later 
 
 The transport sends ``{id, messages, trigger, messageId?}`` plus whatever the page puts in the
 transport's ``body`` option: the run options (``app.api.options``, as on ``POST /runs``). A UI
-message's parts become our content: ``text`` and ``file`` (an ``image/*`` data URL) parts of
-user messages; the text of ``system`` messages (wherever they are) becomes the run's
+message's parts become our content: ``text`` and ``file`` parts (``app.dialects.attachments``)
+of user messages; the text of ``system`` messages (wherever they are) becomes the run's
 ``system``. Other parts (reasoning, sources, data parts) are left out. Errors name the field
 (``messages[2].parts[0].url``).
 """
@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, StrictBool
 from app.api.checks import MESSAGE_ID
 from app.api.errors import ApiError
 from app.api.options import AgentName, RunOptions
+from app.dialects.attachments import from_ai_sdk_file
 from app.dialects.conversation import CHAT_ID
 
 
@@ -79,16 +80,9 @@ def _user_content(parts: list[Any], field: str) -> list[dict[str, Any]]:
         if kind == "text":
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
         elif kind == "file":
-            blocks.append(_image(part, f"{field}.parts[{j}]"))
+            blocks.append(from_ai_sdk_file(part, f"{field}.parts[{j}]"))
     if not blocks:
-        raise _invalid(f"{field}.parts", "a user message needs a text or image part")
+        raise _invalid(f"{field}.parts", "a user message needs a text or file part")
     return blocks
 
 
-def _image(part: dict[str, Any], field: str) -> dict[str, Any]:
-    """A ``file`` part with a base64 ``data:image/...`` URL as an image block."""
-    url = str(part.get("url", ""))
-    head, _, data = url.partition(",")
-    if not (head.startswith("data:image/") and head.endswith(";base64")):
-        raise _invalid(f"{field}.url", "only image/* data URLs (base64) are accepted")
-    return {"type": "image", "data": data, "mime_type": head[5:-7]}

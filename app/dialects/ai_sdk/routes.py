@@ -38,6 +38,7 @@ from app.dialects.ai_sdk.answers import answers
 from app.dialects.ai_sdk.history import chat_messages, client_tools
 from app.dialects.ai_sdk.projector import HEADERS, UIMessageProjector, chunk_frame
 from app.dialects.ai_sdk.request import ChatRequest, to_messages
+from app.dialects.attachments import ai_sdk_names
 from app.dialects.conversation import CHAT_ID, active_run, last_run, turn
 from app.dialects.tail import poll_seconds, projected_frames
 from app.store.contract import Backend
@@ -87,9 +88,9 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
-def _wire_name(last: int) -> Callable[[str], str]:
+def _wire_name(last: int, parts: Any) -> Callable[[str], str]:
     """The request's name of a pipeline field: the input is the last UI message's parts."""
-    return lambda name: f"messages[{last}].parts" if name.startswith("input") else name
+    return ai_sdk_names(last, parts if isinstance(parts, list) else [])
 
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
@@ -107,7 +108,8 @@ async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Respon
         options["system"], set_fields = system, set_fields | {"system"}
     replaces = await _replaced(svc, who, body) if body.trigger == "regenerate-message" else None
     done = await submit(svc, turn(who, body.id, prompt, options,
-                                  _wire_name(len(body.messages) - 1), agent=body.agent,
+                                  _wire_name(len(body.messages) - 1,
+                                             body.messages[-1].get("parts")), agent=body.agent,
                                   set_fields=set_fields, replaces=replaces))
     record = await svc.backend.get_run(done.run_id)
     if record is None:
