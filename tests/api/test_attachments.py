@@ -15,6 +15,7 @@ from providers import fake
 from providers.attachments import Accepts
 from providers.messages import DocumentContent, ImageContent, TextContent, UserMessage
 from tests.api.conftest import Api, serve
+from tests.support.errors import api_error
 
 DOORS = ["runs", "thread", "ai_sdk", "ag_ui"]
 PDF = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
@@ -79,7 +80,7 @@ async def refused(api: Api, door: str, blocks: list[dict[str, Any]], status: int
                   name: str) -> str:
     resp = await post(api, door, f"chat-{door}-{code}", blocks)
     assert resp.status_code == status, resp.text
-    error = resp.json()["error"]
+    error = api_error(resp)
     assert (error["code"], error["field"]) == (code, name), error
     assert not (await api.client.get("/runs")).json()["runs"]  # nothing was started
     return str(error["message"])
@@ -180,8 +181,8 @@ async def test_a_steer_is_checked_against_the_runs_model(api: Api) -> None:
     run = await api.create()
     resp = await api.client.post(f"/runs/{run['id']}/steer", json={"content": [LOOK, pdf()]})
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["field"] == "content[1]"
-    assert "'fake:test'" in resp.json()["error"]["message"]
+    assert api_error(resp)["field"] == "content[1]"
+    assert "'fake:test'" in api_error(resp)["message"]
     await api.client.post(f"/runs/{run['id']}/cancel")
 
 
@@ -210,5 +211,5 @@ async def test_a_client_tool_results_images_are_checked_too(api: Api) -> None:
                         ({"type": "image", "data": "@@", "mime_type": "image/png"},
                          "content[0].data")):
         resp = await api.client.post(url, json={"tool_call_id": "c1", "content": [image]})
-        assert resp.status_code == 422 and resp.json()["error"]["field"] == name, resp.text
+        assert resp.status_code == 422 and api_error(resp)["field"] == name, resp.text
     await api.client.post(f"/runs/{run['id']}/cancel")

@@ -14,9 +14,9 @@ from providers import fake
 from providers.messages import AssistantMessage, UserMessage
 from tests.api.conftest import Api
 from tests.js.node_client import run_node
-from tests.js.test_ai_sdk import aisdk_guarded, aisdk_weather
+from tests.js.test_ai_sdk import aisdk_guarded, aisdk_subagent, aisdk_weather
 
-__all__ = ["aisdk_guarded", "aisdk_weather"]  # registered by importing them
+__all__ = ["aisdk_guarded", "aisdk_subagent", "aisdk_weather"]  # registered by importing them
 pytestmark = pytest.mark.timeout(180)
 LOCATION = {"name": "get_location", "description": "the user's position"}
 
@@ -140,3 +140,39 @@ async def test_regenerate_while_the_reply_runs_or_of_an_older_reply_is_refused(a
         "id": "s-regen-old", "trigger": "regenerate-message", "messageId": first,
         "messages": [{"id": "x", "role": "user", "parts": [{"type": "text", "text": "1"}]}]})
     assert resp.status_code == 409 and resp.headers["x-agentloop-error-code"] == "not_last_reply"
+
+
+async def test_an_approval_beside_a_server_pick_that_runs_after_it_goes_back_by_itself(
+        api: Api) -> None:
+    """The weather pick runs after the approved one (picks run in the model's order): the
+    parked response shows the step without it, so the SDK's check lets the answer go."""
+    api.fake.script = [fake.tool_calls(("aisdk_guarded", {"note": "x"}, "g1"),
+                                       ("aisdk_weather", {"city": "Oslo"}, "w1")),
+                       fake.text("Both done.")]
+    out = await session(api, "s-mixed", [{"op": "send", "text": "go"},
+                                         {"op": "approve", "approved": True}],
+                        body={"tools": ["aisdk_guarded", "aisdk_weather"]})
+    assert out["errors"] == [] and len(out["requests"]) == 2
+    reply = out["messages"][-1]
+    parts = tool_parts(reply)
+    assert [p["state"] for p in parts.values()] == ["output-available", "output-available"]
+    assert list(parts) == ["g1", "w1"] and reply["parts"][-1]["text"] == "Both done."
+    assert out["toolCalls"] == []
+    assert await history(api, "s-mixed") == [
+        out["messages"][0], {**reply, "parts": [
+            {**p, "approval": {"id": "g1"}} if p.get("toolCallId") == "g1" else p
+            for p in reply["parts"]]}]
+
+
+async def test_a_subagents_approval_goes_back_by_itself(api: Api) -> None:
+    api.fake.script = [fake.tool_calls(("aisdk_subagent", {"task": "inner"}, "o1")),
+                       fake.tool_calls(("aisdk_guarded", {"note": "deep"}, "n1")),
+                       fake.text("inner ok"), fake.text("Done.")]
+    out = await session(api, "s-nested", [{"op": "send", "text": "delegate"},
+                                          {"op": "approve", "approved": True}],
+                        body={"tools": ["aisdk_subagent", "aisdk_guarded"]})
+    assert out["errors"] == [] and len(out["requests"]) == 2
+    parts = tool_parts(out["messages"][-1])
+    assert parts["n1"]["state"] == parts["o1"]["state"] == "output-available"
+    assert "preliminary" not in parts["o1"]
+    assert out["messages"][-1]["parts"][-1]["text"] == "Done."

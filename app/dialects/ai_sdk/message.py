@@ -38,6 +38,9 @@ class UIMessageBuilder:
             self._metadata(chunk.get("messageMetadata"))
         elif kind == "start-step":
             self._parts.append({"type": "step-start"})
+        elif kind == "reset-step":  # the current step's parts go (the SDK's reset-step)
+            del self._parts[len(self._parts) - len(self._step()):]
+            self._active, self._raw = {}, {}
         elif kind.endswith(("-start", "-delta", "-end")) and kind.split("-")[0] in (
                 "text", "reasoning"):
             self._block(kind, chunk)

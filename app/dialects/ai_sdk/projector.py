@@ -17,8 +17,10 @@ Native event → chunks (depth 0):
     approval_requested     tool-approval-request {approvalId: tool call id, toolCallId}
     client_tool_requested  (tool-input-available: the SDK's client-side tool, no execute)
     approval_decided       tool-output-denied for a denial (its error result is not shown)
-    the run parks on them  finish {finishReason: tool-calls, messageMetadata.stop_reason:
-                           requires_action}, then [DONE]: the SDK answers in its next request
+    the run parks on them  [reset-step and the step again without its server picks that have
+                           not run: ``step_ledger``] finish {finishReason: tool-calls,
+                           messageMetadata.stop_reason: requires_action}, then [DONE]: the SDK
+                           answers in its next request
     run_resumed            nothing: the parts of a reply a lost worker was streaming stay
                            open and the resumed attempt's re-stream goes on in them with
                            only what the client lacks (``app.dialects.takeover``; a diverging
@@ -36,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from app.dialects.ai_sdk.step_ledger import StepLedger
 from app.dialects.nested import NestedTrace, result_text
 from app.dialects.takeover import Key, Rewind, Shown, is_lost_reply, lost_tool_end
 from app.engine.json_patch import PatchError, apply_patch
@@ -60,8 +63,12 @@ def chunk_frame(seq: int, chunk: dict[str, Any]) -> bytes:
 class UIMessageProjector:
     """Native events (in log order) → UI message stream frames; see the module docstring."""
 
-    def __init__(self, client_tools: frozenset[str] = frozenset()) -> None:
+    def __init__(self, client_tools: frozenset[str] = frozenset(), *,
+                 continues_after: int | None = None) -> None:
         self._client_tools = client_tools
+        self._ledger = StepLedger()
+        self._continues_after = continues_after
+        """An answer's stream: the response before it ended at the park, after this seq."""
         """The run's client tools: their parts alone lack ``providerExecuted`` (the page runs
         them, so the SDK calls ``onToolCall`` for them only)."""
         self._model = ""
@@ -92,9 +99,15 @@ class UIMessageProjector:
     def chunks(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The chunks of one event (``feed`` without the framing)."""
         self._seq = int(event.get("seq", self._seq))
-        if event.get("depth"):
-            return self._nested_event(event)
-        return self._chunks(event)
+        if self._continues_after is not None and self._seq > self._continues_after:
+            self._continues_after = None
+            self._ledger.reset(self._waiting)  # as the response that ended at the park did
+        out = self._nested_event(event) if event.get("depth") else self._chunks(event)
+        started = event["tool_call_id"] if event.get("type") == "tool_execution_start" \
+            and not event.get("depth") else None
+        out = self._ledger.shown(started, out)
+        self._ledger.record(out)
+        return out
 
     def finish(self) -> list[bytes]:
         """``[DONE]`` (the SDK's end of stream)."""
@@ -112,7 +125,9 @@ class UIMessageProjector:
         """``pause`` without the framing."""
         meta = {"run_id": self._run_id, "stop_reason": "requires_action",
                 "usage": self._usage(), "model": self._model}
-        return [*self._settle(), *self._unheld(), *self._close_blocks(),
+        closing = [*self._settle(), *self._unheld(), *self._close_blocks()]
+        self._ledger.record(closing)
+        return [*closing, *self._ledger.reset(self._waiting),  # left answerable: step_ledger
                 {"type": "finish", "finishReason": "tool-calls", "messageMetadata": meta}]
 
     def _frame(self, chunk: dict[str, Any]) -> bytes:

@@ -50,10 +50,14 @@ _STREAM: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream
 
 
 def ui_stream(backend: Backend, record: RunRecord, *, poll: float, after: int = 0,
-              cancel_on_disconnect: bool = False, head: bytes = b"") -> EventStreamResponse:
-    """The run's log projected as a UI message stream, with the protocol's headers."""
-    frames = projected_frames(backend, record.id, UIMessageProjector(client_tools(record)),
-                              after=after, poll=poll, cancel_on_disconnect=cancel_on_disconnect)
+              cancel_on_disconnect: bool = False, head: bytes = b"",
+              continues: bool = False) -> EventStreamResponse:
+    """The run's log projected as a UI message stream, with the protocol's headers
+    (``continues``: an answer's, after the park that ended the previous response)."""
+    projector = UIMessageProjector(client_tools(record),
+                                   continues_after=after if continues else None)
+    frames = projected_frames(backend, record.id, projector, after=after, poll=poll,
+                              cancel_on_disconnect=cancel_on_disconnect)
     response = EventStreamResponse(_after(head, frames) if head else frames)
     response.headers.update(HEADERS)
     return response
@@ -84,7 +88,7 @@ async def _answer_run(body: ChatRequest, svc: Services, who: Principal) -> Respo
     head = chunk_frame(record.last_seq, {"type": "start", "messageId": record.id,
                                          "messageMetadata": meta})
     return ui_stream(svc.backend, record, poll=poll_seconds(svc.settings.sse_ping_seconds),
-                     after=record.last_seq, head=head,
+                     after=record.last_seq, head=head, continues=True,
                      cancel_on_disconnect=body.cancel_on_disconnect)
 
 
