@@ -40,25 +40,6 @@ def public_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def _vite(example: Path, out: Path, *args: str) -> Path:
-    vite = example / "node_modules" / "vite" / "bin" / "vite.js"
-    if not vite.is_file():
-        pytest.fail(f"{example}/node_modules missing: `make js-deps` installs it")
-    subprocess.run(["node", str(vite), "build", *args, "--outDir", str(out), "--emptyOutDir",
-                    "--logLevel", "error"], cwd=example, check=True, timeout=300)
-    return out
-
-
-@pytest.fixture(scope="module")
-def ai_sdk_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _vite(EXAMPLES / "ai-sdk-react", tmp_path_factory.mktemp("ai-sdk-public"))
-
-
-@pytest.fixture(scope="module")
-def ag_ui_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _vite(EXAMPLES / "ag-ui-client", tmp_path_factory.mktemp("ag-ui-public"), "web")
-
-
 @asynccontextmanager
 async def agentloop(tmp_path: Path, kind: str, redis_url: str | None) -> AsyncIterator[Api]:
     agents = tmp_path / "agents.json"
