@@ -1,6 +1,8 @@
-"""examples/ai-sdk-react, built with its own pinned Vite (``vite build``) and run in Chromium:
-``useChat`` renders a tool call and the final answer from ``/ai-sdk/chat``, and a reload in
-the middle of a run resumes it (``resume: true``) from the stored log.
+"""examples/ai-sdk-react, built with its own pinned Vite (``vite build``) and run in Chromium
+against a server without keys: ``useChat`` renders a tool call that waits for the page's
+Approve (the page's ``?approval=``) and the final answer from ``/ai-sdk/chat``, and a reload in
+the middle of a run resumes it (``resume: true``) from the stored log. (Behind an agent, with a
+client tool, attachments, history and the chat list: test_public_apps.py.)
 
 The built page is served from a second origin, as a deployed frontend would be, so the
 dialect is also exercised through CORS.
@@ -59,8 +61,11 @@ async def test_use_chat_renders_a_tool_call_and_the_answer(browser: Browser,
             api.fake.script = [fake.tool_calls(("example_weather", {"city": "Paris"})),
                                fake.text("It is sunny in Paris.", chunks=3)]
             page = await browser.new_page()
-            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-1")
+            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-1"
+                            "&approval=example_weather")  # the page's approval policy
             await ask(page, "Weather in Paris?")
+            waiting = page.locator('[data-testid=tool][data-state="approval-requested"]')
+            await waiting.get_by_role("button", name="Approve").click(timeout=30_000)
             tool = page.locator('[data-testid=tool][data-state="output-available"]')
             await tool.wait_for(timeout=30_000)
             assert 'example_weather({"city":"Paris"})' in await tool.inner_text()
