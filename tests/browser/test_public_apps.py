@@ -264,3 +264,25 @@ async def test_the_ai_sdk_page_approves_runs_its_tool_attaches_restores_and_list
         assert await answer.filter(has_text="Hello again.").count() == 0
         await context.close()
 
+
+async def test_the_ag_ui_page_answers_an_approval(browser: Browser, tmp_path: Path,
+                                                  ag_ui_page: Path) -> None:
+    """The agent's ``public_guarded`` waits: the page shows the call with Approve / Deny (from
+    the ``agentloop.approval_requested`` CUSTOM event), a click posts the decision, and the
+    same AG-UI stream goes on to the tool's result and the answer."""
+    async with agentloop(tmp_path, "memory", None) as api:
+        api.fake.script = [fake.tool_calls(("public_guarded", {"target": "the files"})),
+                           fake.text("The files are changed.")]
+        with LiveServer(_token_server(ag_ui_page, api.url)) as site:
+            page = await browser.new_page()
+            await page.goto(f"{site.url}/?api={api.url}")
+            await _asked(page, "Change the files")
+            ask = page.locator("p.approval", has_text='public_guarded({"target":"the files"})')
+            await ask.get_by_role("button", name="Approve").click(timeout=30_000)
+            await page.locator("p.assistant", has_text="The files are changed.").wait_for(
+                timeout=30_000)
+            assert await page.locator("p.result").inner_text() == "guarded work on the files done"
+            assert (await ask.inner_text()).endswith("approved")
+            assert await page.locator("p.error").count() == 0
+            [result] = [m for m in api.fake.requests[1].messages if m.role == "tool_result"]
+            assert not result.is_error
