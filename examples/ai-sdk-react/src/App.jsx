@@ -62,7 +62,7 @@ const newChatId = () => `chat-${crypto.randomUUID()}`;
 
 export function App() {
   const [chatId, setChatId] = useState(() => params.get('chat') ?? newChatId());
-  const [history, setHistory] = useState(null); // the chat's UIMessage[] (null: loading)
+  const [history, setHistory] = useState(null); // {id, messages}: a chat's UIMessage[]
   const [chats, setChats] = useState([]);
   const [error, setError] = useState(null);
 
@@ -75,10 +75,9 @@ export function App() {
   useEffect(() => { // the chat on screen: its id in the URL, its history loaded before useChat
     params.set('chat', chatId);
     window.history.replaceState(null, '', `?${params}`);
-    let current = true;
-    setHistory(null);
-    get(`/ai-sdk/chat/${chatId}/messages`).then((messages) => current && setHistory(messages),
-                                                (err) => setError(err.message));
+    let current = true; // (only the chat clicked last is shown)
+    get(`/ai-sdk/chat/${chatId}/messages`).then(
+      (messages) => current && setHistory({ id: chatId, messages }), (err) => setError(err.message));
     return () => { current = false; };
   }, [chatId]);
 
@@ -101,7 +100,9 @@ export function App() {
       <main>
         <h1>agentloop · useChat</h1>
         {error && <p className="error" data-testid="error">{error}</p>}
-        {history && <Chat key={chatId} id={chatId} history={history} onReply={refreshChats} />}
+        {history?.id === chatId && ( // useChat starts once the chat's history is in
+          <Chat key={chatId} id={chatId} history={history.messages} onReply={refreshChats} />
+        )}
       </main>
     </div>
   );
