@@ -3,7 +3,7 @@
 import {Access} from './access.js';
 import {Client, ENDED} from './agentloop.js';
 import {el} from './dom.js';
-import {QueuePanel, RunList, ToolPicker} from './panels.js';
+import {QueuePanel, RunList, ToolPicker, approvalPolicy, clientTool} from './panels.js';
 import {Transcript} from './transcript.js';
 
 const $ = (id) => document.getElementById(id);
@@ -39,9 +39,10 @@ class Playground {
   }
 
   // #region create
-  /** Send the message, with the model and the tools chosen on the page, as the next turn of
-   * the conversation (a thread: created with the first message). While a run is active,
-   * `multitask` says what the message does to it: 'enqueue' (a follow-up) or 'steer'. */
+  /** Send the message, with the model, tools, approval policy and client tool chosen on the
+   * page, as the next turn of the conversation (a thread: created with the first message).
+   * While a run is active, `multitask` says what the message does to it: 'enqueue' (a
+   * follow-up) or 'steer'. */
   async create(text, multitask = 'enqueue') {
     const body = {input: text, multitask};
     const agent = $('agent').value.trim();
@@ -54,6 +55,11 @@ class Playground {
     if (model) body.model = model;                // unset: the server's (or agent's) default
     const tools = this.tools.chosen();
     if (tools) body.tools = tools;                // unset: the server's default menu
+    const approval = approvalPolicy($('approval'));
+    if (approval) body.approval = approval;       // these tools' calls wait for Approve / Deny
+    const tool = await this.call(async () => clientTool($('client-tool-name'),
+      $('client-tool-description'), $('client-tool-parameters')));
+    if (tool) body.client_tools = [tool];         // its calls wait for the page's result
     if (!this.thread) {
       const thread = await this.call(() => this.client.createThread({source: 'playground'}));
       this.showThread(thread);
@@ -205,8 +211,8 @@ class Playground {
   }
 
   async refreshRuns() {
-    const {runs} = await this.call(() => this.client.listRuns(20));
-    this.runs.show(runs, this.run?.id);
+    const {runs} = await this.call(() => this.client.listRuns(50));
+    this.runs.show(runs, {thread: this.thread?.id, run: this.run?.id});
     const models = new Set(['demo:echo', ...runs.map((run) => run.model)]);
     $('models').replaceChildren(...[...models].map((model) => el('option', {value: model})));
   }

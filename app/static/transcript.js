@@ -141,7 +141,7 @@ export class Transcript {
 
   on_tool_execution_update(e) {
     const node = this.calls.get(e.tool_call_id)?.querySelector('.progress');
-    if (node) node.textContent = JSON.stringify(e.partial_result);
+    if (node) node.textContent = progressText(e.partial_result);
   }
 
   on_tool_execution_end(e) {
@@ -191,6 +191,16 @@ export class Transcript {
     const i = this.pending.indexOf(e.kind);
     if (i >= 0) this.pending.splice(i, 1);
   }
+}
+
+/** A tool's progress report (`partial_result`, any JSON) as a person reads it: a string as
+ * it is, an object's `text` (a process's output: `{stream, text}`) or content blocks, else the
+ * object as indented JSON. */
+export function progressText(partial) {
+  if (typeof partial === 'string') return partial;
+  if (typeof partial?.text === 'string') return partial.text;
+  if (Array.isArray(partial?.content)) return textOf(partial.content);
+  return JSON.stringify(partial, null, 2);
 }
 
 /** The text of message content: a string, or blocks (images shown as a marker). */

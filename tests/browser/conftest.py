@@ -8,6 +8,7 @@ names the system executable. The flags keep Chromium off the network it would ot
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tests.support.redis_server import redis_server_url, redis_url
 
 __all__ = ["redis_server_url", "redis_url"]
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
@@ -35,3 +37,26 @@ async def browser() -> AsyncIterator[Browser]:
             yield launched
         finally:
             await launched.close()
+
+
+def _vite(example: Path, out: Path, *args: str) -> Path:
+    """``example`` built by its own pinned Vite into ``out`` (the repo stays clean)."""
+    vite = example / "node_modules" / "vite" / "bin" / "vite.js"
+    if not vite.is_file():
+        pytest.fail(f"{example}/node_modules missing: `make js-deps` installs it")
+    subprocess.run(["node", str(vite), "build", *args, "--outDir", str(out), "--emptyOutDir",
+                    "--logLevel", "error"], cwd=example, check=True, timeout=300)
+    assert (out / "index.html").is_file()
+    return out
+
+
+@pytest.fixture(scope="session")
+def ai_sdk_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/ai-sdk-react built once for the session's tests."""
+    return _vite(EXAMPLES / "ai-sdk-react", tmp_path_factory.mktemp("ai-sdk-react"))
+
+
+@pytest.fixture(scope="session")
+def ag_ui_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/ag-ui-client's page (web/) built once for the session's tests."""
+    return _vite(EXAMPLES / "ag-ui-client", tmp_path_factory.mktemp("ag-ui-client"), "web")

@@ -3,8 +3,8 @@ console error and CSP violation (a page that works only because an error went un
 working).
 
 ``pg_slow`` waits on ``GATE`` (polled, so a cancel stops it at once); ``pg_delegate`` runs a
-nested loop; ``pg_guarded`` needs a person's approval. All live in the ``playground_testing``
-toolset.
+nested loop; ``pg_guarded`` needs a person's approval; ``pg_report`` reports progress. All live
+in the ``playground_testing`` toolset.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from playwright.async_api import Browser, BrowserContext, Page
 
 from app import runtime
-from tool_registry import function
+from tool_registry import Progress, function
 
 GATE = threading.Event()
 WAIT = 20_000
@@ -56,6 +56,17 @@ async def pg_guarded(target: str) -> str:
         target: what it changes
     """
     return f"guarded work on {target} done"
+
+
+@function(toolsets=["playground_testing"])
+def pg_report(report: str, progress: Progress) -> str:
+    """Reports its progress, as a string or as an object, then finishes (test tool).
+
+    Args:
+        report: "text" or "object": what the progress report is
+    """
+    progress("half way there" if report == "text" else {"done": 2, "of": 4})
+    return f"reported {report}"
 
 
 async def open_page(browser: Browser, url: str, **context: Any) -> tuple[BrowserContext, Page]:

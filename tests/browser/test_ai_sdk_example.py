@@ -1,6 +1,8 @@
-"""examples/ai-sdk-react, built with its own pinned Vite (``vite build``) and run in Chromium:
-``useChat`` renders a tool call and the final answer from ``/ai-sdk/chat``, and a reload in
-the middle of a run resumes it (``resume: true``) from the stored log.
+"""examples/ai-sdk-react, built with its own pinned Vite (``vite build``) and run in Chromium
+against a server without keys: ``useChat`` renders a tool call that waits for the page's
+Approve (the page's ``?approval=``) and the final answer from ``/ai-sdk/chat``, and a reload in
+the middle of a run resumes it (``resume: true``) from the stored log. (Behind an agent, with a
+client tool, attachments, history and the chat list: test_public_apps.py.)
 
 The built page is served from a second origin, as a deployed frontend would be, so the
 dialect is also exercised through CORS.
@@ -9,7 +11,6 @@ dialect is also exercised through CORS.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 from pathlib import Path
 
@@ -24,10 +25,9 @@ from tests.api.conftest import serve
 from tests.support.live_server import LiveServer
 from tool_registry import function
 
-# the module's first test also waits for the example's Vite build; the machine is shared
+# the first test to need the page also waits for its Vite build; the machine is shared
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ai-sdk-react"
 GATE = threading.Event()
 
 
@@ -44,19 +44,6 @@ async def example_gate() -> str:
     return "opened" if opened else "timed out"
 
 
-@pytest.fixture(scope="module")
-def built_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example built by its own Vite into a temp dir (the repo stays clean)."""
-    vite = EXAMPLE / "node_modules" / "vite" / "bin" / "vite.js"
-    if not vite.is_file():
-        pytest.fail("examples/ai-sdk-react/node_modules missing: `make js-deps` installs it")
-    out = tmp_path_factory.mktemp("ai-sdk-react")
-    subprocess.run(["node", str(vite), "build", "--outDir", str(out), "--emptyOutDir",
-                    "--logLevel", "error"], cwd=EXAMPLE, check=True, timeout=300)
-    assert (out / "index.html").is_file()
-    return out
-
-
 def static_site(directory: Path) -> Starlette:
     """The built page, served from an origin of its own."""
     return Starlette(routes=[Mount("/", StaticFiles(directory=directory, html=True))])
@@ -68,14 +55,17 @@ async def ask(page: Page, text: str) -> None:
 
 
 async def test_use_chat_renders_a_tool_call_and_the_answer(browser: Browser,
-                                                           built_example: Path) -> None:
-    with LiveServer(static_site(built_example)) as static:
+                                                           ai_sdk_page: Path) -> None:
+    with LiveServer(static_site(ai_sdk_page)) as static:
         async with serve(cors_origins="*") as api:
             api.fake.script = [fake.tool_calls(("example_weather", {"city": "Paris"})),
                                fake.text("It is sunny in Paris.", chunks=3)]
             page = await browser.new_page()
-            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-1")
+            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-1"
+                            "&approval=example_weather")  # the page's approval policy
             await ask(page, "Weather in Paris?")
+            waiting = page.locator('[data-testid=tool][data-state="approval-requested"]')
+            await waiting.get_by_role("button", name="Approve").click(timeout=30_000)
             tool = page.locator('[data-testid=tool][data-state="output-available"]')
             await tool.wait_for(timeout=30_000)
             assert 'example_weather({"city":"Paris"})' in await tool.inner_text()
@@ -88,9 +78,9 @@ async def test_use_chat_renders_a_tool_call_and_the_answer(browser: Browser,
 
 
 async def test_a_reload_resumes_the_running_answer(browser: Browser,
-                                                   built_example: Path) -> None:
+                                                   ai_sdk_page: Path) -> None:
     GATE.clear()
-    with LiveServer(static_site(built_example)) as static:
+    with LiveServer(static_site(ai_sdk_page)) as static:
         async with serve(cors_origins="*") as api:
             api.fake.script = [fake.tool_calls(("example_gate", {})),
                                fake.text("The gate opened.")]

@@ -1,7 +1,8 @@
 """Approvals and client tools answered from the playground in Chromium: a pick of
 ``pg_guarded`` (a tool declared with ``approval=True``) approved, one denied with a reason, a
-reload while the run waits, and a client tool (declared on a run posted to the API, then opened
-in the page) answered from its result box.
+reload while the run waits, a client tool (declared on a run posted to the API, then opened
+in the page) answered from its result box, and an approval policy and a client tool set on the
+page itself (with the calls' progress shown as text).
 
 What the model got back is read from the fake model's recorded requests; what the person sees,
 from the DOM.
@@ -9,13 +10,21 @@ from the DOM.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from playwright.async_api import Browser, Page
 
 from providers import fake
 from tests.api.conftest import serve
-from tests.browser.playground_pages import WAIT, current_run, ended, open_page, start_run
+from tests.browser.playground_pages import (
+    WAIT,
+    current_run,
+    ended,
+    open_page,
+    start_run,
+    tools_loaded,
+)
 
 GUARDED = [fake.tool_calls(("pg_guarded", {"target": "the files"})),
            fake.text("the final answer")]
@@ -123,4 +132,55 @@ async def test_a_nested_loops_pick_is_approved_from_its_call_card(browser: Brows
             "inner said: inner ok"
         assert await page.locator(".ask").count() == 0
         assert not tool_result(api.fake.requests[2]).is_error
+        assert page.problems == []  # type: ignore[attr-defined]
+
+
+async def test_an_approval_policy_and_a_client_tool_set_on_the_page(browser: Browser) -> None:
+    """"Ask before running" is the run's ``approval``, "A tool the page runs" its
+    ``client_tools``: both of the model's ``pg_report`` picks wait for Approve, its
+    ``get_location`` pick for the result typed on the page; each report's progress (a string,
+    an object) shows as text."""
+    schema = {"type": "object", "properties": {"precise": {"type": "boolean"}}}
+    async with serve() as api:
+        api.fake.script = [fake.tool_calls(("pg_report", {"report": "text"}, "c1"),
+                                           ("pg_report", {"report": "object"}, "c2")),
+                           fake.tool_calls(("get_location", {"precise": True}, "c3")),
+                           fake.text("you are in Berlin")]
+        _, page = await open_page(browser, api.url)
+        await tools_loaded(page)
+        await page.fill("#approval", "pg_report")
+        await page.click("#client-tool summary")
+        await page.fill("#client-tool-name", "get_location")
+        await page.fill("#client-tool-description", "The user's position")
+        await page.fill("#client-tool-parameters", "{not json")
+        await page.fill("#message", "where am I?")
+        await page.click("#send")
+        await page.wait_for_selector("#error:not([hidden])", timeout=WAIT)
+        assert "(client tool parameters)" in await page.inner_text("#error")
+        assert api.fake.requests == [] and "#thread=" not in page.url
+
+        await page.fill("#client-tool-parameters", json.dumps(schema))
+        await start_run(page, "where am I?")
+        await page.wait_for_selector(".tool[data-call=c2] .ask.approval button.approve",
+                                     timeout=WAIT)
+        assert await page.inner_text(".tool[data-call=c1] .tool-state") == "needs approval"
+        for call in ("c1", "c2"):
+            await page.click(f".tool[data-call={call}] .ask button.approve")
+        box = ".tool[data-call=c3].waiting .ask.client-tool"
+        await page.wait_for_selector(f"{box} textarea", timeout=WAIT)
+        await page.fill(f"{box} textarea", "52.52,13.40")
+        await page.click(f"{box} button.send-result")
+        await ended(page)
+
+        assert await page.inner_text(".tool[data-call=c1] .progress") == "half way there"
+        assert await page.inner_text(".tool[data-call=c2] .progress") == \
+            '{\n  "done": 2,\n  "of": 4\n}'
+        assert await page.inner_text(".tool[data-call=c2] .result") == "reported object"
+        assert await page.inner_text(".tool[data-call=c3] .result") == "52.52,13.40"
+        assert await page.inner_text("#transcript > .assistant > .text") == "you are in Berlin"
+        [declared] = [t for t in api.fake.requests[0].tools if t.name == "get_location"]
+        assert declared.description == "The user's position" and declared.parameters == schema
+        results = [m for m in api.fake.requests[2].messages if m.role == "tool_result"]
+        assert [r.content[0].text for r in results] == [
+            "reported text", "reported object", "52.52,13.40"]
         assert page.problems == []  # type: ignore[attr-defined]

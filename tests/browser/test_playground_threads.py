@@ -1,6 +1,7 @@
 """One conversation, one thread, in Chromium: two turns typed on the page become two runs of
 one thread (the second run's model request carries the first turn's history), the page keeps a
-single subscription to the thread's events, and a reload rebuilds the whole conversation.
+single subscription to the thread's events, a reload rebuilds the whole conversation, and the
+list of recent conversations shows it once.
 """
 
 from __future__ import annotations
@@ -57,10 +58,16 @@ async def test_two_turns_share_one_thread_and_survive_a_reload(browser: Browser)
         assert page.url.endswith(f"#thread={thread_id}")
         assert len(api.fake.requests) == 2
 
+        # the list shows the conversation once: at its newest run, titled by its first
+        entry = f"#runs li.current [data-thread='{thread_id}'][data-run='{thread['runs'][1]}']"
+        await page.wait_for_selector(f"{entry} .run-meta:has-text('2 turns')", timeout=WAIT)
+        assert await page.locator("#runs li").count() == 1
+        assert await page.inner_text(f"{entry} .run-title") == "first question"
+
         await page.click("#new-run")  # a new conversation: nothing on screen, no thread
         await page.wait_for_selector("#transcript .hint", timeout=WAIT)
         assert "#thread=" not in page.url
-        await page.click(f"#runs [data-run='{thread['runs'][0]}']")  # a run of the thread
+        await page.click(f"#runs [data-thread='{thread_id}']")
         await turns_ended(page, 2)  # opens its whole conversation
         assert page.url.endswith(f"#thread={thread_id}") and await ids(page) == before
         assert page.problems == []  # type: ignore[attr-defined]

@@ -2,11 +2,17 @@
 mints an end user's token with the API key it alone holds, and the page talks to agentloop
 directly with it, renewing it before it expires. Built with the examples' own pinned tools and
 driven in Chromium: the AI SDK page behind a Node backend (``server.mjs``), the AG-UI page
-behind a FastAPI one (``token_server.py``); and the playground run as an end user."""
+behind a FastAPI one (``token_server.py``); and the playground run as an end user.
+
+The agent they run (issue 30) makes ``public_guarded`` wait for approval and accepts the AI
+SDK page's client tool ``get_local_time``: the AI SDK page approves, runs its tool, attaches
+an image, restores a chat after a reload and lists the user's chats; the AG-UI page answers an
+approval from its buttons."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import os
 import socket
@@ -31,7 +37,11 @@ pytestmark = pytest.mark.timeout(300)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KEY = "key-app-secret"
 AGENTS = """{"agents": [{"name": "assistant", "model": "fake:test",
-  "toolset": "browser_public_testing", "system": "You help the public."}]}"""
+  "toolset": "browser_public_testing", "system": "You help the public.",
+  "approval": ["public_guarded"],
+  "client_tools": [{"name": "get_local_time", "description": "The user's local time"}]}]}"""
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQ"
+                       "GAhKmMIQAAAABJRU5ErkJggg==")
 
 
 @function(toolsets=["browser_public_testing"])
@@ -40,23 +50,10 @@ def public_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def _vite(example: Path, out: Path, *args: str) -> Path:
-    vite = example / "node_modules" / "vite" / "bin" / "vite.js"
-    if not vite.is_file():
-        pytest.fail(f"{example}/node_modules missing: `make js-deps` installs it")
-    subprocess.run(["node", str(vite), "build", *args, "--outDir", str(out), "--emptyOutDir",
-                    "--logLevel", "error"], cwd=example, check=True, timeout=300)
-    return out
-
-
-@pytest.fixture(scope="module")
-def ai_sdk_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _vite(EXAMPLES / "ai-sdk-react", tmp_path_factory.mktemp("ai-sdk-public"))
-
-
-@pytest.fixture(scope="module")
-def ag_ui_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _vite(EXAMPLES / "ag-ui-client", tmp_path_factory.mktemp("ag-ui-public"), "web")
+@function(toolsets=["browser_public_testing"])
+def public_guarded(target: str) -> str:
+    """Changes something once the user approved (test tool; the agent asks for approval)."""
+    return f"guarded work on {target} done"
 
 
 @asynccontextmanager
@@ -209,3 +206,83 @@ async def test_the_playground_runs_as_an_end_user(browser: Browser, tmp_path: Pa
         mine = (await api.client.get("/runs", headers={"Authorization": f"Bearer {token}"})
                 ).json()["runs"]
         assert len(mine) == 1 and mine[0]["agent"] == "assistant"
+
+
+async def test_the_ai_sdk_page_approves_runs_its_tool_attaches_restores_and_lists_chats(
+        browser: Browser, tmp_path: Path, node_backend: Any) -> None:
+    """One chat: a message with an image; the model calls the page's ``get_local_time``
+    (answered by the browser: its time zone) and then ``public_guarded`` (Approve clicked); a
+    reload brings the chat back from its history. A second chat joins the chat list, and the
+    first opens from it."""
+    async with agentloop(tmp_path, "memory", None) as api:
+        api.fake.script = [fake.tool_calls(("get_local_time", {})),
+                           fake.tool_calls(("public_guarded", {"target": "the files"})),
+                           fake.text("Done, late evening in Paris."), fake.text("Hello again.")]
+        site = node_backend(api.url)
+        context = await browser.new_context(timezone_id="Europe/Paris")
+        page = await context.new_page()
+        Traffic(page, api.url)
+        await page.goto(f"{site}/?api={api.url}&token_url=/api/token&chat=chat-one")
+        await page.get_by_label("attach files").set_input_files(
+            {"name": "dot.png", "mimeType": "image/png", "buffer": PNG})
+        await _asked(page, "What time is it here? See the picture.")
+        waiting = page.locator('[data-testid=tool][data-state="approval-requested"]')
+        await waiting.get_by_role("button", name="Approve").click(timeout=30_000)
+        answer = page.locator("section.assistant p.text")
+        await answer.filter(has_text="Done, late evening in Paris.").wait_for(timeout=30_000)
+        await page.get_by_test_id("status").filter(has_text="ready").wait_for()
+
+        prompt = api.fake.requests[0].messages[-1]
+        assert [(b.type, getattr(b, "mime_type", None)) for b in prompt.content] == [
+            ("image", "image/png"), ("text", None)]
+        [local_time] = [m for m in api.fake.requests[1].messages if m.role == "tool_result"]
+        assert '"timeZone":"Europe/Paris"' in local_time.content[0].text
+        done = page.locator('[data-testid=tool][data-state="output-available"]')
+        shown = await done.all_inner_texts()
+        assert "Europe/Paris" in shown[0] and "guarded work on the files done" in shown[1]
+        assert await page.locator("section.user img.file").count() == 1
+
+        await page.reload()  # the chat comes back from GET /ai-sdk/chat/{id}/messages
+        await answer.filter(has_text="Done, late evening in Paris.").wait_for(timeout=30_000)
+        assert await page.locator("section.user img.file").count() == 1
+        shown = await done.all_inner_texts()
+        assert "Europe/Paris" in shown[0] and "guarded work on the files done" in shown[1]
+        assert len(api.fake.requests) == 3  # nothing asked again
+
+        chats = page.get_by_test_id("chats").locator("button")
+        await page.locator('[data-chat="chat-one"][aria-current="true"]').wait_for()
+        assert await chats.count() == 1
+        await page.get_by_role("button", name="New chat").click()
+        await page.wait_for_url(lambda url: "chat=chat-one" not in url)
+        await _asked(page, "Hello?")
+        await answer.filter(has_text="Hello again.").wait_for(timeout=30_000)
+        await chats.nth(1).wait_for(timeout=30_000)  # the new chat listed, newest first
+        assert await chats.nth(1).get_attribute("data-chat") == "chat-one"
+        await chats.nth(1).click()
+        await answer.filter(has_text="Done, late evening in Paris.").wait_for(timeout=30_000)
+        assert "chat=chat-one" in page.url
+        assert await answer.filter(has_text="Hello again.").count() == 0
+        await context.close()
+
+
+async def test_the_ag_ui_page_answers_an_approval(browser: Browser, tmp_path: Path,
+                                                  ag_ui_page: Path) -> None:
+    """The agent's ``public_guarded`` waits: the page shows the call with Approve / Deny (from
+    the ``agentloop.approval_requested`` CUSTOM event), a click posts the decision, and the
+    same AG-UI stream goes on to the tool's result and the answer."""
+    async with agentloop(tmp_path, "memory", None) as api:
+        api.fake.script = [fake.tool_calls(("public_guarded", {"target": "the files"})),
+                           fake.text("The files are changed.")]
+        with LiveServer(_token_server(ag_ui_page, api.url)) as site:
+            page = await browser.new_page()
+            await page.goto(f"{site.url}/?api={api.url}")
+            await _asked(page, "Change the files")
+            ask = page.locator("p.approval", has_text='public_guarded({"target":"the files"})')
+            await ask.get_by_role("button", name="Approve").click(timeout=30_000)
+            await page.locator("p.assistant", has_text="The files are changed.").wait_for(
+                timeout=30_000)
+            assert await page.locator("p.result").inner_text() == "guarded work on the files done"
+            assert (await ask.inner_text()).endswith("approved")
+            assert await page.locator("p.error").count() == 0
+            [result] = [m for m in api.fake.requests[1].messages if m.role == "tool_result"]
+            assert not result.is_error

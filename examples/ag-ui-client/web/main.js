@@ -3,7 +3,10 @@
 // it expires. The lines that matter:
 //   const agent = new HttpAgent({ url: `${API}/ag-ui`, threadId });
 //   agent.headers = await bearer();          // before each run: a fresh token when due
-//   await agent.runAgent({}, { onTextMessageContentEvent: ... });
+//   await agent.runAgent({}, { onTextMessageContentEvent: ..., onCustomEvent: ... });
+// A tool call that needs the user's approval arrives as a CUSTOM event
+// `agentloop.approval_requested` {toolCallId, toolName, args, runId}; the stream stays open
+// until the page answers with `POST /runs/{runId}/approvals` (Approve / Deny buttons below).
 // `?api=` is agentloop's URL, `?token_url=` the backend's token route (default /api/token),
 // `?renew_before=` how many seconds before expiry a token is renewed (default 60).
 import { HttpAgent } from '@ag-ui/client';
@@ -34,6 +37,28 @@ const line = (cls, text) => {
   return p;
 };
 
+// The call waits until the user decides: agentloop holds the AG-UI stream open meanwhile, and
+// the run goes on (the tool's result, the answer) in the same stream once it is answered.
+function askApproval({ toolCallId, toolName, args, runId }) {
+  const ask = line('approval', `${toolName}(${JSON.stringify(args)}) waits for your approval `);
+  const decide = async (decision) => {
+    ask.querySelectorAll('button').forEach((button) => { button.disabled = true; });
+    const resp = await fetch(`${API}/runs/${runId}/approvals`, {
+      method: 'POST',
+      headers: { ...(await bearer()), 'Content-Type': 'application/json' },
+      body: JSON.stringify({ tool_call_id: toolCallId, decision }),
+    });
+    ask.append(resp.ok ? (decision === 'approve' ? ' approved' : ' denied')
+      : ` failed: ${await resp.text()}`);
+  };
+  for (const [label, decision] of [['Approve', 'approve'], ['Deny', 'deny']]) {
+    const button = document.createElement('button');
+    button.textContent = label;
+    button.addEventListener('click', () => decide(decision));
+    ask.append(button);
+  }
+}
+
 document.getElementById('ask').addEventListener('submit', async (event) => {
   event.preventDefault();
   const input = document.getElementById('message');
@@ -49,6 +74,10 @@ document.getElementById('ask').addEventListener('submit', async (event) => {
     await agent.runAgent({}, {
       onToolCallEndEvent: ({ toolCallName, toolCallArgs }) =>
         line('tool', `${toolCallName}(${JSON.stringify(toolCallArgs)})`),
+      onToolCallResultEvent: ({ event }) => line('result', event.content),
+      onCustomEvent: ({ event }) => {
+        if (event.name === 'agentloop.approval_requested') askApproval(event.value);
+      },
       onTextMessageContentEvent: ({ event }) => {
         if (event.subagentRunId) return;
         answer ??= line('assistant', '');
