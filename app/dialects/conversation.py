@@ -38,6 +38,10 @@ CHAT_ID = r"^[A-Za-z0-9_-]{1,128}$"
 """What a chat (or AG-UI thread) id may be."""
 CHAT_ID_KEY = "chat_id"
 """The run (and thread) metadata key naming the conversation's chat id."""
+TITLE_KEY = "title"
+"""The thread metadata key a toolkit's chat is titled by: its first message's first line
+(at most ``TITLE_MAX`` characters), set when the chat's first request creates the thread."""
+TITLE_MAX = 80
 
 
 def chat_thread_id(tenant: str, chat_id: str, subject: str | None = None) -> str:
@@ -63,10 +67,23 @@ def turn(principal: Principal, chat_id: str, prompt: dict[str, Any], options: di
     thread_id = chat_thread_id(principal.tenant, chat_id, principal.subject)
     now = time.time()
     thread = ThreadRecord(id=thread_id, tenant=principal.tenant, created_at=now, updated_at=now,
-                          metadata={CHAT_ID_KEY: chat_id}, owner=principal.subject)
+                          metadata={CHAT_ID_KEY: chat_id, **_title(prompt)},
+                          owner=principal.subject)
     return RunRequest(principal=principal, options=run_options, input=[prompt],
                       thread_id=thread_id, new_thread=thread, rename=rename, agent=agent,
                       set_fields=set_fields, replaces=replaces)
+
+
+def _title(prompt: dict[str, Any]) -> dict[str, str]:
+    """``{"title": ...}`` of a chat's first message (its text's first line), else nothing."""
+    content = prompt.get("content")
+    text = content if isinstance(content, str) else " ".join(
+        str(b.get("text", "")) for b in content or [] if isinstance(b, dict)
+        and b.get("type") == "text")
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    if not line:
+        return {}
+    return {TITLE_KEY: line if len(line) <= TITLE_MAX else line[:TITLE_MAX - 1] + "…"}
 
 
 async def last_run(backend: Backend, who: Principal, chat_id: str) -> str | None:

@@ -10,6 +10,7 @@ import pytest
 from providers import fake
 from tests.api.conftest import Api
 from tests.api.test_one_pipeline import DOORS, field, post
+from tests.support.errors import api_error
 from tests.support.sse_client import read_all
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"},
@@ -99,7 +100,7 @@ async def test_bad_formats_are_422_naming_the_field_at_every_door(
         api: Api, door: str, response_format: dict[str, Any], name: str, says: str) -> None:
     resp = await post(api, door, f"chat-bad-{door}", response_format=response_format)
     assert resp.status_code == 422, resp.text
-    error = resp.json()["error"]
+    error = api_error(resp)
     assert error["code"] == "validation_error" and error["field"] == field(door, name), error
     assert says in error["message"], error
     assert not (await api.client.get("/runs")).json()["runs"]

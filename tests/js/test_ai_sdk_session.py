@@ -108,6 +108,7 @@ async def test_regenerate_replaces_the_last_reply(api: Api) -> None:
     assert [type(m) for m in api.fake.requests[1].messages] == [UserMessage]  # no "Paris."
     assert await history(api, "s-regen") == out["messages"]
     found = (await api.client.get("/threads", params={"metadata.chat_id": "s-regen"})).json()
+    assert found["threads"][0]["metadata"]["title"] == "a city?"  # for a chat list
     thread = (await api.client.get(f"/threads/{found['threads'][0]['id']}")).json()
     assert [m["role"] for m in thread["messages"]] == ["user", "assistant"]
     assert len(thread["runs"]) == 2  # the replaced reply's run is kept, out of the history

@@ -44,7 +44,7 @@ class StepLedger:
             if kind in _NOT_PARTS:
                 continue
             self.chunks.append(chunk)
-            call_id = chunk.get("toolCallId")
+            call_id = str(chunk.get("toolCallId"))
             if kind == "tool-input-available":
                 self.calls[call_id] = chunk
             elif kind in ("tool-output-error", "tool-output-denied") or (

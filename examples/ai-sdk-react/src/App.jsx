@@ -109,9 +109,11 @@ export function App() {
 }
 
 function chatLabel(thread) {
+  // agentloop titles a chat's thread by its first message (metadata.title)
   const when = new Date(thread.updated_at).toLocaleString([], { dateStyle: 'short',
                                                                timeStyle: 'short' });
-  return `${when} · ${thread.run_count} ${thread.run_count === 1 ? 'reply' : 'replies'}`;
+  return `${thread.metadata.title ?? when} · ${thread.run_count} ${
+    thread.run_count === 1 ? 'reply' : 'replies'}`;
 }
 
 function Chat({ id, history, onReply }) {
