@@ -16,7 +16,8 @@ export const EVENT_TYPES = [
   'run_created', 'run_resumed', 'agent_start', 'turn_start', 'message_start',
   'message_update', 'message_end', 'tool_execution_start', 'tool_execution_update',
   'tool_execution_end', 'turn_end', 'agent_end', 'message_queued', 'message_withdrawn',
-  'approval_requested', 'client_tool_requested', 'approval_decided',
+  'approval_requested', 'client_tool_requested', 'approval_decided', 'data',
+  'state_snapshot', 'state_delta',
 ];
 
 /** Statuses after which a run changes no more. */

@@ -144,6 +144,23 @@ export class Transcript {
     if (node) node.textContent = progressText(e.partial_result);
   }
 
+  /** A tool's data part: shown on its card, a later one with the same name and id in place. */
+  on_data(e) {
+    const card = this.calls.get(e.tool_call_id);
+    if (!card) return;
+    const key = `${e.name}\u0000${e.id ?? ''}`;
+    let node = [...card.querySelectorAll(':scope > .data')].find((n) => n.dataset.key === key);
+    if (!node) {
+      node = el('pre', {class: 'data'});
+      node.dataset.key = key;
+      card.querySelector(':scope > .result').before(node);
+    }
+    node.textContent = `${e.name}: ${JSON.stringify(e.data)}`;
+  }
+
+  on_state_snapshot(e, box) { this.note(box, `state ${JSON.stringify(e.state)}`); }
+  on_state_delta(e, box) { this.note(box, `state ${e.delta.map(patchText).join(', ')}`); }
+
   on_tool_execution_end(e) {
     const card = this.calls.get(e.tool_call_id);
     if (!card) return;
@@ -207,4 +224,9 @@ export function progressText(partial) {
 export function textOf(content) {
   if (typeof content === 'string') return content;
   return content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join('\n');
+}
+
+/** One JSON Patch operation as a line: `replace /count = 2`. */
+function patchText(op) {
+  return 'value' in op ? `${op.op} ${op.path} = ${JSON.stringify(op.value)}` : `${op.op} ${op.path}`;
 }

@@ -17,7 +17,7 @@ from typing import Any
 from playwright.async_api import Browser, BrowserContext, Page
 
 from app import runtime
-from tool_registry import Progress, function
+from tool_registry import Progress, ToolContext, function
 
 GATE = threading.Event()
 WAIT = 20_000
@@ -59,13 +59,19 @@ async def pg_guarded(target: str) -> str:
 
 
 @function(toolsets=["playground_testing"])
-def pg_report(report: str, progress: Progress) -> str:
-    """Reports its progress, as a string or as an object, then finishes (test tool).
+def pg_report(report: str, progress: Progress, ctx: ToolContext) -> str:
+    """Reports its progress, as a string or as an object, then finishes (test tool). The
+    object report also sends a data part (twice: the second updates the first) and changes
+    the run's shared state.
 
     Args:
         report: "text" or "object": what the progress report is
     """
     progress("half way there" if report == "text" else {"done": 2, "of": 4})
+    if report == "object":
+        ctx.emit_data("card", {"step": 1}, id="k")
+        ctx.emit_data("card", {"step": 2}, id="k")
+        ctx.update_state([{"op": "add", "path": "/reports", "value": 1}])
     return f"reported {report}"
 
 

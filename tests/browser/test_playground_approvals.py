@@ -139,7 +139,7 @@ async def test_an_approval_policy_and_a_client_tool_set_on_the_page(browser: Bro
     """"Ask before running" is the run's ``approval``, "A tool the page runs" its
     ``client_tools``: both of the model's ``pg_report`` picks wait for Approve, its
     ``get_location`` pick for the result typed on the page; each report's progress (a string,
-    an object) shows as text."""
+    an object) shows as text, and so do its data part (updated in place) and its state change."""
     schema = {"type": "object", "properties": {"precise": {"type": "boolean"}}}
     async with serve() as api:
         api.fake.script = [fake.tool_calls(("pg_report", {"report": "text"}, "c1"),
@@ -176,6 +176,8 @@ async def test_an_approval_policy_and_a_client_tool_set_on_the_page(browser: Bro
         assert await page.inner_text(".tool[data-call=c2] .progress") == \
             '{\n  "done": 2,\n  "of": 4\n}'
         assert await page.inner_text(".tool[data-call=c2] .result") == "reported object"
+        assert await page.inner_text(".tool[data-call=c2] .data") == 'card: {"step":2}'
+        assert 'state add /reports = 1' in await page.inner_text("#transcript")
         assert await page.inner_text(".tool[data-call=c3] .result") == "52.52,13.40"
         assert await page.inner_text("#transcript > .assistant > .text") == "you are in Berlin"
         [declared] = [t for t in api.fake.requests[0].tools if t.name == "get_location"]
