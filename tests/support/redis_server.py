@@ -1,8 +1,10 @@
 """A throw-away ``redis-server`` on loopback for tests (never 127.0.0.1:6379 db 0).
 
 ``AGENTLOOP_TEST_REDIS_URL`` points the tests at an existing Redis instead (it is flushed before
-every test, so give it a database of its own). Otherwise one server per session is started on a
-free port in a temp dir, without persistence, and stopped at the end. ``RedisServer`` is also
+every test, so give it a database of its own; under pytest-xdist worker ``gwN`` uses the URL's
+database plus N). Otherwise one server per session (per xdist worker: they never share one, so
+no worker's flush or notes reach another's) is started on a free port in a temp dir, without
+persistence, and stopped at the end. ``RedisServer`` is also
 used directly by tests that kill and restart their own server.
 """
 
@@ -77,11 +79,22 @@ def _check_not_shared(url: str) -> None:
         raise RuntimeError("refusing to flush the machine's Redis (port 6379, db 0)")
 
 
+def _worker_database(url: str) -> str:
+    """``url`` with its database moved up by this xdist worker's number (``gw1``: +1)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    db = int((parts.path or "/0").strip("/") or "0") + int(worker[2:])
+    return parts._replace(path=f"/{db}").geturl()
+
+
 @pytest.fixture(scope="session")
 def redis_server_url() -> Iterator[str]:
     """The session's Redis URL."""
     url = os.environ.get("AGENTLOOP_TEST_REDIS_URL")
     if url:
+        url = _worker_database(url)
         _check_not_shared(url)
         yield url
         return
