@@ -12,6 +12,7 @@ so each run's course is fixed by its input, whatever order runs come in.
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -75,6 +76,14 @@ def table_note(text: str) -> str:
 def table_guarded(text: str) -> str:
     """Needs approval (test tool)."""
     return f"guarded {text}"
+
+
+def _stacks() -> str:
+    """Every task on the running loop, with where it waits."""
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=8, file=out)
+    return out.getvalue()
 
 
 def _last_user_text(request: ModelRequest) -> str:
@@ -155,7 +164,12 @@ class Table:
             async def halt() -> None:
                 assert stop is not None
                 stop.set()
-                await task
+                try:
+                    async with asyncio.timeout(30):
+                        await asyncio.shield(task)
+                except TimeoutError:  # say what holds it, rather than hang the session
+                    raise AssertionError("the worker did not stop within 30 s; its tasks:\n"
+                                         + _stacks()) from None
 
             await self.server.call(halt())
 

@@ -34,7 +34,8 @@ async def test_read_refuses_escapes(path, hostile, ctx):
     assert "top secret" not in text(result) and "root:" not in text(result)
 
 
-@pytest.mark.parametrize("path", [*ESCAPES, f"/tmp/agentloop-escape-{os.getpid()}"])
+@pytest.mark.parametrize("path", [*ESCAPES, pytest.param(  # an id every xdist process agrees on
+    f"/tmp/agentloop-escape-{os.getpid()}", id="absolute_outside")])
 async def test_write_and_edit_refuse_escapes_and_touch_nothing(path, hostile, ctx, base):
     before = {p: p.read_bytes() for p in hostile.rglob("*") if p.is_file()}
     wrote = await call(write_file, {"path": path, "content": "pwned"}, ctx)
