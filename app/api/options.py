@@ -169,6 +169,11 @@ class RunOptions(BaseModel):
     max_tokens: StrictInt | None = Field(
         default=None, ge=1,
         description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
+    max_total_tokens: StrictInt | None = Field(
+        default=None, ge=1,
+        description="the run's token budget (input + output over all its model calls): once "
+                    "spent, the run ends with stop_reason 'budget' (status completed); checked "
+                    "before each model call, so at most the one call that crossed it overshoots")
     timeout: float | None = Field(
         default=None, gt=0, strict=True,
         description="seconds the run may take from its start before it ends with stop_reason "

@@ -39,7 +39,7 @@ MAX_EXTRA_PROVIDERS = 20
 _extra_providers: set[str] = set()
 _STATUSES = frozenset({"completed", "failed", "cancelled"})
 _STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "output_invalid",
-                           "none"})
+                           "budget", "none"})
 _providers: frozenset[str] = frozenset({*BUILTIN, *builtin_profiles()})
 _tool_names: Callable[[], Collection[str]] = lambda: default_registry.tools  # noqa: E731
 

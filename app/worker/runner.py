@@ -8,7 +8,7 @@ Timeline of one run::
                                                                  backend ◀── batches ──────┘
                        agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
 
-``status``: queued → running → completed (stop, max_iterations) | failed (error,
+``status``: queued → running → completed (stop, max_iterations, budget) | failed (error,
 output_invalid) | cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another
 worker owns the run.
 A runner cancelled from outside (graceful shutdown) lets the loop release taken queue messages,
@@ -362,7 +362,8 @@ def loop_config(record: RunRecord, model_id: str) -> LoopConfig:
     """The loop's settings from the create body (API.md names and defaults)."""
     req = record.request
     opt = {k: req[k] for k in ("system", "reset_tool_choice", "parallel_tool_calls",
-                               "steering_mode", "follow_up_mode", "temperature", "max_tokens")
+                               "steering_mode", "follow_up_mode", "temperature", "max_tokens",
+                               "max_total_tokens")
            if req.get(k) is not None}
     return LoopConfig(model=model_id, model_label=str(req.get("model") or record.model),
                       tool_choice=tool_choice(req.get("tool_choice")),

@@ -358,7 +358,7 @@ def _appends_soon(backend: Backend) -> TypeGuard[AppendsSoon]:
 
 
 STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",
-          "output_invalid": "failed", "aborted": "cancelled"}
+          "output_invalid": "failed", "aborted": "cancelled", "budget": "completed"}
 """A run's final status by the ``stop_reason`` of its ``agent_end``."""
 
 
