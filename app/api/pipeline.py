@@ -6,7 +6,8 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
     POST /ag-ui ────────────┘   submit()      └ check_timeout ─ check_response_format ─ input
-                                                (attachments against the model) ─▶ create_run
+                                                (attachments against the model) ─ quotas
+                                                (app.api.quotas: 429 quota_exceeded) ─▶ create_run
                                                                         │ post_thread_run
     every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from app.api import agents
+from app.api import agents, quotas
 from app.api.attachment_checks import AttachmentRules, rules_for
 from app.api.auth import Principal
 from app.api.checks import (
@@ -100,6 +101,8 @@ async def submit(svc: Services, request: RunRequest) -> Submitted:
     try:
         return await _submit(svc, request)
     except ApiError as exc:
+        if exc.code == "quota_exceeded":  # its field names the limit, not a door's field
+            raise
         raise exc.renamed(request.rename) from None
 
 
@@ -203,10 +206,17 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
                        request=run.stored(normalise_input(request.input, run.rules)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
     digest = request_hash({"tenant": tenant, "body": request.digest_of})
-    record, created = await svc.backend.create_run(record, idempotency_key=key,
-                                                   request_hash=digest,
-                                                   first_event=RunCreated(model=run.model))
-    if created:
+    admission = await quotas.admit(svc, request.principal, record.id)
+    try:
+        record, created = await svc.backend.create_run(record, idempotency_key=key,
+                                                       request_hash=digest,
+                                                       first_event=RunCreated(model=run.model))
+    except BaseException:
+        await quotas.release(svc, admission)
+        raise
+    if not created:  # an Idempotency-Key repeat: the first request's run holds the quota
+        await quotas.release(svc, admission)
+    else:
         metrics.RUNS_CREATED.inc()
     return Submitted(run_id=record.id, record=record, created=created)
 
@@ -220,13 +230,14 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
     if not is_thread_id(thread_id):
         raise thread_not_found(thread_id)
     post = _thread_post(request, thread_id, run)
+    admission = await quotas.admit(svc, request.principal, post.candidate.id)
     try:
-        outcome = await svc.backend.post_thread_run(thread_id, post)
-    except ThreadNotFound as exc:
-        raise thread_not_found(thread_id) from exc
-    except NotLastReply as exc:
-        raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
-                       f"of thread {thread_id}: only the last reply is regenerated") from exc
+        outcome = await _post_step(svc, request, thread_id, post)
+    except BaseException:
+        await quotas.release(svc, admission)
+        raise
+    if outcome.repeat or outcome.run_id != post.candidate.id:  # no new run: the message
+        await quotas.release(svc, admission)                   # joined a run already there
     if outcome.action == "rejected":
         why = "a reply is regenerated once the thread is idle" if request.replaces else \
             "multitask: reject"
@@ -240,6 +251,17 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
             kind = "steer" if outcome.action == "steered" else "follow_up"
             metrics.QUEUE_DEPTH.labels(kind=kind).inc(len(outcome.message_ids))
     return Submitted(run_id=outcome.run_id, outcome=outcome)
+
+
+async def _post_step(svc: Services, request: RunRequest, thread_id: str,
+                     post: ThreadPost) -> PostOutcome:
+    try:
+        return await svc.backend.post_thread_run(thread_id, post)
+    except ThreadNotFound as exc:
+        raise thread_not_found(thread_id) from exc
+    except NotLastReply as exc:
+        raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
+                       f"of thread {thread_id}: only the last reply is regenerated") from exc
 
 
 def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:

@@ -109,6 +109,12 @@ class MemoryCore:
         self._threads: dict[str, ThreadState] = {}
         self._counters: dict[str, tuple[float, int]] = {}
         self._agents: dict[tuple[str, str], list[AgentRecord]] = {}
+        self._q_active: dict[tuple[str, str | None], dict[str, float]] = {}
+        """(tenant, subject or None) → its active runs and when each was admitted."""
+        self._q_rate: dict[tuple[str, str | None], dict[str, float]] = {}
+        self._q_usage: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
+        """(tenant, day) → (dimension, value, metric) → count."""
+        self._q_accrued: set[tuple[str, str, str]] = set()
         """(tenant, name) → the agent's versions, oldest first."""
         """key → (when its window ends, hits in it)."""
         self.feeds = LiveFeeds()
