@@ -32,6 +32,7 @@ from app.api.routes import (
     runs,
     threads,
     tools,
+    usage,
 )
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
@@ -72,8 +73,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                          lifespan=lifespan)
     install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
-    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, health,
-                   ai_sdk, ag_ui):
+    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, usage,
+                   health, ai_sdk, ag_ui):
         app.include_router(module.router)
     if cfg.playground:
         app.include_router(playground.router)

@@ -41,6 +41,7 @@ from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
 from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
+from app.worker.run_end import after_end
 from app.worker.run_state import run_state
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
@@ -98,7 +99,7 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         log.info("run %s: resuming attempt %d on worker %s", claim.run_id, claim.attempt,
                  deps.worker)
     if record.status in TERMINAL:
-        await _finish(deps.backend, claim)
+        await _finish(deps, claim)
         return
     provider_name = str(record.request.get("model") or record.model).split(":", 1)[0]
     sink = EventSink(deps.backend, claim.run_id, claim.attempt,
@@ -125,7 +126,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
     if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
         await sink.close(**_final(*ended_fields(earlier.ended)))
-        await _finish(deps.backend, claim)
+        await _finish(deps, claim)
         return
     if woken is not None:
         parking.count_wait(record, woken, sink)
@@ -173,7 +174,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     shared = kwargs["config"].shared
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
                               outcome.output), state=shared.value if shared else None)
-    await _finish(deps.backend, claim)
+    await _finish(deps, claim)
 
 
 async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, lost: bool
@@ -195,7 +196,7 @@ async def _end_at_start(deps: RunnerDeps, claim: Claim, sink: EventSink, error: 
     """The run fails before its loop starts: ``agent_end`` with ``error``."""
     sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
     await sink.close(**_final("error", error, None, Usage()))
-    await _finish(deps.backend, claim)
+    await _finish(deps, claim)
 
 
 CRASH_END_S = 30.0
@@ -221,7 +222,7 @@ async def _end_after_crash(deps: RunnerDeps, claim: Claim, crashed: EventSink,
                     sink.emit(event, checkpoint=False)
                 sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
                 await sink.close(**_final("error", error, None, Usage()))
-            await _finish(deps.backend, claim)
+            await _finish(deps, claim)
     except (FencedOut, RunEnded):
         pass  # another worker owns it, or it ended meanwhile
     except Exception:
@@ -295,9 +296,11 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
             await asyncio.sleep(0.2)
 
 
-async def _finish(backend: Backend, claim: Claim) -> None:
+async def _finish(deps: RunnerDeps, claim: Claim) -> None:
+    backend = deps.backend
     await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
+    await after_end(backend, claim.run_id)
 
 
 def _final(reason: str, error: str | None, result: str | None, usage: Usage,

@@ -41,7 +41,7 @@ OPERATIONS = {
     ("get", "/agents/{name}"): "getAgent", ("put", "/agents/{name}"): "putAgent",
     ("delete", "/agents/{name}"): "deleteAgent",
     ("get", "/agents/{name}/versions"): "listAgentVersions",
-    ("post", "/client_tokens"): "createClientToken",
+    ("post", "/client_tokens"): "createClientToken", ("get", "/usage"): "getUsage",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",
