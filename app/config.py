@@ -50,6 +50,11 @@ def _limits_table(raw: str) -> dict[str, TenantLimits]:
     return _LIMITS.validate_json(raw)
 
 
+@functools.lru_cache(maxsize=4)
+def _webhook_table(raw: str) -> dict[str, str]:
+    return TypeAdapter(dict[str, str]).validate_json(raw)
+
+
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -170,6 +175,9 @@ class Settings(BaseSettings):
     (``app.api.quotas``); a tenant's own entry replaces ``*``. Empty: no quotas."""
     webhook_secret: str | None = None
     """``whsec_<base64>``: the Standard Webhooks signing secret; unset: webhooks are off."""
+    tenant_webhooks: str = ""
+    """JSON ``{"<tenant>" | "*": "<url>"}``: where a tenant's runs that name no webhook (nor
+    their agent) send theirs."""
     webhook_allow_urls: str = ""
     """Comma-separated URL prefixes a webhook may target even where the SSRF guard refuses
     (a private address, loopback)."""
@@ -177,7 +185,7 @@ class Settings(BaseSettings):
     """The first retry's delay; each next one doubles, up to ``webhook_retry_cap``."""
     webhook_retry_cap: float = Field(default=300.0, gt=0)
     webhook_attempts: int = Field(default=12, ge=1)
-    """Attempts per webhook before it is given up (the default spans about 40 minutes)."""
+    """Attempts per webhook before it is given up (the defaults span about half an hour)."""
     webhook_timeout: float = Field(default=10.0, gt=0)
     otel: bool = False
     """OpenTelemetry traces (the ``otel`` extra), configured by the standard ``OTEL_*``
@@ -216,6 +224,23 @@ class Settings(BaseSettings):
                 _LIMITS.validate_json(value)
             except ValidationError as exc:
                 raise ValueError(f"AGENTLOOP_TENANT_LIMITS: {exc}") from None
+        return value
+
+    @field_validator("tenant_webhooks")
+    @classmethod
+    def _webhooks_are_json(cls, value: str) -> str:
+        if value.strip():
+            try:
+                _webhook_table(value)
+            except ValidationError as exc:
+                raise ValueError(f"AGENTLOOP_TENANT_WEBHOOKS: {exc}") from None
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_is_whsec(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("whsec_"):
+            raise ValueError("AGENTLOOP_WEBHOOK_SECRET looks like whsec_<base64>")
         return value
 
     @field_validator("openai_profiles")
@@ -265,6 +290,14 @@ class Settings(BaseSettings):
         if not self.tenant_limits.strip():
             return None
         table = _limits_table(self.tenant_limits)
+        return table.get(tenant, table.get("*"))
+
+    def tenant_webhook(self, tenant: str) -> str | None:
+        """The default webhook of ``tenant``'s runs (its own entry, else ``*``'s); None while
+        webhooks are off."""
+        if not self.tenant_webhooks.strip() or self.webhook_secret is None:
+            return None
+        table = _webhook_table(self.tenant_webhooks)
         return table.get(tenant, table.get("*"))
 
     def webhook_allow_list(self) -> list[str]:

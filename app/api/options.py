@@ -179,6 +179,10 @@ class RunOptions(BaseModel):
         description="seconds the run may take from its start before it ends with stop_reason "
                     "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: Metadata = Field(default_factory=dict)
+    webhook: str | None = Field(default=None, min_length=1, max_length=2048, description=(
+        "an http(s) URL told when the run ends or waits (run.completed, run.failed, "
+        "run.cancelled, run.requires_action), signed per Standard Webhooks; default: the "
+        "agent's, else the tenant's (AGENTLOOP_TENANT_WEBHOOKS)"))
     multitask: MultitaskField | None = Field(default=None, description=(
         "on a thread: what the message does while the thread is busy (default enqueue)"))
     approval: Names | Literal["all", "unsafe"] | None = Field(

@@ -34,6 +34,7 @@ from app.api.checks import (
     check_model,
     check_response_format,
     check_timeout,
+    check_webhook,
     invalid,
     normalise_input,
     run_menu,
@@ -114,7 +115,8 @@ async def _submit(svc: Services, request: RunRequest) -> Submitted:
     if agent is not None:
         options = agents.apply(agent, options, request.set_fields)
     model = check_run_options(svc, options)
-    run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model))
+    run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model),
+               webhook=options.webhook or svc.settings.tenant_webhook(request.principal.tenant))
     if request.thread_id is None:
         return await _create(svc, request, run)
     return await _post(svc, request, request.thread_id, run)
@@ -129,11 +131,14 @@ class _Run:
     model: str
     agent: agents.ResolvedAgent | None
     rules: AttachmentRules
+    webhook: str | None = None
+    """The run's, its agent's or its tenant's webhook."""
 
     def stored(self, value: Any) -> dict[str, Any]:
         """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised,
         the agent's name and version recorded)."""
-        request = {**self.options.option_fields(), "model": self.model, "input": value}
+        request = {**self.options.option_fields(), "model": self.model, "input": value,
+                   "webhook": self.webhook}
         if self.agent is not None:
             request.update(agent=self.agent.spec.name, agent_version=self.agent.version)
         return request
@@ -150,6 +155,8 @@ def check_run_options(svc: Services, options: RunOptions) -> str:
     check_approval(options, svc.registry)
     check_timeout(options, svc.settings.run_timeout)
     check_response_format(options)
+    check_webhook(options.webhook, secret=svc.settings.webhook_secret,
+                  allowed=svc.settings.webhook_allow_list())
     return model
 
 

@@ -33,6 +33,7 @@ from app.api.routes import (
     threads,
     tools,
     usage,
+    webhooks,
 )
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
@@ -74,7 +75,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
     for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, usage,
-                   health, ai_sdk, ag_ui):
+                   webhooks, health, ai_sdk, ag_ui):
         app.include_router(module.router)
     if cfg.playground:
         app.include_router(playground.router)

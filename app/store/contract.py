@@ -51,6 +51,7 @@ from app.store.records import (
     StoredEvent,
 )
 from app.store.thread_records import PostOutcome, ThreadPage, ThreadPost, ThreadRecord
+from app.store.webhook_records import WebhookDelivery
 
 
 class RunStore(Protocol):
@@ -386,6 +387,29 @@ class QuotaStore(Protocol):
         ...
 
 
+class WebhookOutbox(Protocol):
+    """Webhook deliveries waiting to be sent, durable on Redis (``app.store.webhook_records``);
+    kept with their run (gone when the run's record expires)."""
+
+    async def add_webhook(self, delivery: WebhookDelivery) -> bool:
+        """Store ``delivery``, due now; False (nothing changed) when its id is stored already."""
+        ...
+
+    async def claim_webhooks(self, at: float, lease: float, limit: int
+                             ) -> list[WebhookDelivery]:
+        """Up to ``limit`` deliveries due at ``at``, each made due again only ``lease``
+        seconds later (another worker then takes it: this one died)."""
+        ...
+
+    async def webhook_attempted(self, delivery: WebhookDelivery) -> None:
+        """Store ``delivery`` after an attempt: due at its ``next_at`` while ``pending``."""
+        ...
+
+    async def run_webhooks(self, run_id: str) -> list[WebhookDelivery]:
+        """The run's deliveries, oldest first."""
+        ...
+
+
 class Backend(RunStore, EventLog, QueueStore, CancelSignal, Dispatch, ParkingStore, ThreadStore,
-              AgentStore, Counters, QuotaStore, Protocol):
+              AgentStore, Counters, QuotaStore, WebhookOutbox, Protocol):
     """Storage and coordination for runs: every concern above (both built-in backends)."""

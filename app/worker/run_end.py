@@ -2,8 +2,9 @@
 (``app.api.quotas``), its usage counted for the day (``QuotaStore.accrue_usage``, once per run
 however many attempts get here) and in ``agentloop_tokens_total``, and its webhook queued
 (``app.worker.webhooks``). Every runner path that ends a run gets here through
-``runner._finish``, a resumed attempt that finds the run already ended too, so a worker lost
-between the end and these steps leaves them to the next one."""
+``runner._finish``, before the run's job is acknowledged: a worker lost between the end and
+these steps leaves the job to another, whose attempt finds the run ended and takes them again
+(each is idempotent), so no step is lost."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.store.quota_records import Dimension, utc_day
 from app.store.records import TERMINAL, RunRecord, now
 from app.telemetry import metrics
 from app.worker.sink import retrying
+from app.worker.webhooks import queue_webhook
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,7 @@ async def after_end(backend: Backend, run_id: str) -> RunRecord | None:
             return None
         await retrying(lambda: backend.release_active(record.tenant, record.owner, run_id))
         await account(backend, record)
+        await queue_webhook(backend, record, record.status)
         return record
     except BackendError as exc:
         log.warning("run %s: its quota and usage were not settled (%s)", run_id, exc)

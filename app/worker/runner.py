@@ -45,6 +45,7 @@ from app.worker.run_end import after_end
 from app.worker.run_state import run_state
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
+from app.worker.webhooks import queue_webhook
 from providers.base import ForcedTool, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -170,6 +171,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     if outcome.parked:
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
+        await queue_webhook(deps.backend, record, "requires_action", str(claim.attempt))
         return
     shared = kwargs["config"].shared
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
@@ -299,8 +301,8 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
 async def _finish(deps: RunnerDeps, claim: Claim) -> None:
     backend = deps.backend
     await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
+    await after_end(backend, claim.run_id)  # before the ack: a lost worker's is taken again
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
-    await after_end(backend, claim.run_id)
 
 
 def _final(reason: str, error: str | None, result: str | None, usage: Usage,

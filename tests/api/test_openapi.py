@@ -42,6 +42,7 @@ OPERATIONS = {
     ("delete", "/agents/{name}"): "deleteAgent",
     ("get", "/agents/{name}/versions"): "listAgentVersions",
     ("post", "/client_tokens"): "createClientToken", ("get", "/usage"): "getUsage",
+    ("get", "/runs/{run_id}/webhooks"): "listRunWebhooks",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",

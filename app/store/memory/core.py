@@ -115,6 +115,9 @@ class MemoryCore:
         self._q_usage: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
         """(tenant, day) → (dimension, value, metric) → count."""
         self._q_accrued: set[tuple[str, str, str]] = set()
+        self._webhooks: dict[str, dict[str, bytes]] = {}
+        """run_id → its webhook deliveries (encoded), by id."""
+        self._webhooks_due: dict[tuple[str, str], float] = {}
         """(tenant, name) → the agent's versions, oldest first."""
         """key → (when its window ends, hits in it)."""
         self.feeds = LiveFeeds()

@@ -28,8 +28,9 @@ from app.store.redis.queues import RedisQueues
 from app.store.redis.quotas import RedisQuotas
 from app.store.redis.runs import RedisRuns
 from app.store.redis.threads import RedisThreads
+from app.store.redis.webhooks import RedisWebhooks
 
 
 class RedisBackend(RedisThreads, RedisParking, RedisQueues, RedisDispatch, RedisAgents,
-                   RedisQuotas, RedisRuns):
+                   RedisQuotas, RedisWebhooks, RedisRuns):
     """The Redis ``Backend`` (``RedisCore`` has its settings)."""

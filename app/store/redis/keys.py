@@ -33,6 +33,9 @@ idempotency keys) are touched by separate commands, never inside a per-run scrip
     al:{quota:<t>}:usage:<day>  hash    ``<dimension>\x1f<value>\x1f<metric>`` → count (a UTC
                                         day's usage: ``app.store.quota_records``)
     al:{quota:<t>}:accrued:<day> set    runs whose usage that day holds (counted once)
+    al:{<run>}:webhooks         hash    the run's webhook deliveries: id → JSON (attempts with them)
+    al:webhooks:due             zset    ``<run id> <delivery id>`` by when it is due (a claim
+                                        moves it a lease ahead)
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
     al:{workers}:<name>         string  present while the worker lives (PX lease, renewed by
                                         its heartbeat); its pending jobs are taken once it lapses.
@@ -54,6 +57,7 @@ JOBS_STREAM = "al:jobs"
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
 PARKED_INDEX = "al:parked"
+WEBHOOKS_DUE = "al:webhooks:due"
 
 
 def _prefix(run_id: str) -> str:
@@ -199,3 +203,8 @@ def usage_key(tenant: str, day: str) -> str:
 def accrued_key(tenant: str, day: str) -> str:
     """The runs whose usage is counted in ``usage_key(tenant, day)``."""
     return f"al:{{quota:{tenant}}}:accrued:{day}"
+
+
+def webhooks_key(run_id: str) -> str:
+    """The run's webhook deliveries (in the run's slot, expiring with it)."""
+    return _prefix(run_id) + "webhooks"

@@ -360,3 +360,12 @@ redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], 172800)
 return 1
 """
+
+# -- the webhook outbox (app.store.redis.webhooks) -----------------------------------------------
+
+# KEYS due. ARGV now, lease end, limit. Returns the due members, each moved to the lease's end.
+CLAIM_WEBHOOKS = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], member) end
+return due
+"""
