@@ -43,6 +43,7 @@ from app.api.checks import (
 from app.api.errors import ApiError
 from app.api.options import RunOptions
 from app.api.services import Services
+from app.api.trace_context import incoming_traceparent
 from app.engine.events import RunCreated, json_bytes
 from app.store.errors import NotLastReply, ThreadNotFound
 from app.store.ids import is_thread_id, new_message_id, new_run_id, new_thread_run_id
@@ -209,6 +210,7 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
     if run.options.multitask is not None:
         raise invalid("multitask", "only with thread_id")
     record = RunRecord(id=new_run_id(), tenant=tenant, model=run.model, created_at=time.time(),
+                       traceparent=incoming_traceparent(),
                        metadata=dict(run.options.metadata), owner=request.principal.subject,
                        request=run.stored(normalise_input(request.input, run.rules)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
@@ -279,6 +281,7 @@ def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
     stored["thread_id"] = thread_id
     candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=run.model,
                           created_at=time.time(), metadata=dict(options.metadata),
+                          traceparent=incoming_traceparent(),
                           request=stored)
     digest = request_hash({"tenant": tenant, "thread": thread_id, "body": request.digest_of})
     multitask = "reject" if request.replaces else options.multitask or DEFAULT_MULTITASK

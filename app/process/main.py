@@ -35,6 +35,7 @@ from app.api.routes import (
     usage,
     webhooks,
 )
+from app.api.trace_context import TraceParent
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
 from app.dialects.ag_ui import routes as ag_ui
@@ -82,6 +83,8 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app.add_middleware(HeadAsGet, routes=app.routes)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes, text_paths=TEXT_ERROR_PATHS)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
+    if cfg.otel:  # the caller's traceparent becomes its runs' parent span
+        app.add_middleware(TraceParent)
     _add_cors(app, cfg.cors_origin_list())
     app.add_middleware(StashServerSend)  # outermost of ours: app.delivery.server_send
     return app

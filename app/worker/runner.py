@@ -39,6 +39,7 @@ from app.store.records import TERMINAL, Claim, RunRecord, now
 from app.telemetry import metrics
 from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
+from app.telemetry.trace_seam import RunSpan, Trace, Tracing
 from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
 from app.worker.run_end import after_end
@@ -76,6 +77,8 @@ class RunnerDeps:
     max_attempts: int = 3
     """Consecutive worker deaths without progress before a run ends ``failed``
     (``AGENTLOOP_MAX_ATTEMPTS``; 0: no cap)."""
+    tracing: Tracing | None = None
+    """Spans of every attempt (``app.telemetry.traces``; None: ``AGENTLOOP_OTEL`` is off)."""
     resume_gate: ResumeGate = field(default_factory=ResumeGate)
     """Suspects take their first step alone among resumed runs on a worker
     (``app.worker.attempts``)."""
@@ -103,9 +106,13 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         await _finish(deps, claim)
         return
     provider_name = str(record.request.get("model") or record.model).split(":", 1)[0]
-    sink = EventSink(deps.backend, claim.run_id, claim.attempt,
+    trace = _start_trace(deps.tracing, claim, record)
+    sink = EventSink(deps.backend, claim.run_id, claim.attempt, trace=trace,
                      flush_interval=deps.flush_interval, timings=RunTimings(provider_name))
+    if trace is not None and record.traceparent is None:  # later attempts join its trace
+        sink.set_fields(traceparent=trace.traceparent)
     metrics.ACTIVE_RUNS.inc()
+    crashed: str | None = None
     try:
         await _drive(deps, claim, record, sink)
     except FencedOut:
@@ -115,8 +122,11 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         log.info("run %s: already ended; attempt %d stops", claim.run_id, claim.attempt)
     except Exception as exc:
         log.exception("run %s: runner crashed", claim.run_id)
+        crashed = type(exc).__name__
         await _end_after_crash(deps, claim, sink, exc)
     finally:
+        if trace is not None:
+            trace.end(error=crashed)
         metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
             sink.task.cancel()
@@ -232,6 +242,17 @@ async def _end_after_crash(deps: RunnerDeps, claim: Claim, crashed: EventSink,
     finally:
         if not sink.task.done():
             sink.task.cancel()
+
+
+def _start_trace(tracing: Tracing | None, claim: Claim, record: RunRecord) -> Trace | None:
+    """This attempt's spans, children of the run's stored trace context."""
+    if tracing is None:
+        return None
+    req = record.request
+    return tracing.start(RunSpan(
+        run_id=record.id, attempt=claim.attempt, model=str(req.get("model") or record.model),
+        agent=req.get("agent"), thread_id=req.get("thread_id"),
+        traceparent=record.traceparent))
 
 
 def _suspect(verdict: Verdict | None) -> bool:
