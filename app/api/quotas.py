@@ -31,6 +31,7 @@ from app.api.services import Services
 from app.config import Limits
 from app.store.quota_records import QuotaScope, Refusal
 from app.store.records import TERMINAL
+from app.telemetry import metrics
 
 GRACE = 60.0
 """Seconds an admitted run may take to appear in the store before a full active set drops
@@ -67,6 +68,7 @@ async def admit(svc: Services, who: Principal, run_id: str) -> Admission | None:
             await _drop_ended(svc, who.tenant, refused.subject):
         refused = await svc.backend.admit(who.tenant, scopes, run_id, time.time())
     if refused is not None:
+        metrics.QUOTA_REFUSALS.labels(refused.limit).inc()
         raise quota_exceeded(who.tenant, refused, scopes)
     return Admission(who.tenant, who.subject, run_id)
 
