@@ -32,7 +32,10 @@ async def after_end(backend: Backend, run_id: str) -> RunRecord | None:
         await queue_webhook(backend, record, record.status)
         return record
     except BackendError as exc:
-        log.warning("run %s: its quota and usage were not settled (%s)", run_id, exc)
+        log.warning("run %s: its quota, usage and webhook were not settled (%s)", run_id, exc)
+        return None
+    except Exception:  # never in the way of the run's ack (its job would come back forever)
+        log.exception("run %s: settling its quota, usage and webhook failed", run_id)
         return None
 
 

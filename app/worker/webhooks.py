@@ -86,10 +86,15 @@ def delivery_of(record: RunRecord, status: str, at: float,
 
 async def queue_webhook(backend: Backend, record: RunRecord, status: str,
                         occurrence: str = "") -> None:
-    """Put the run's ``status`` event in the outbox, if the run names a webhook."""
+    """Put the run's ``status`` event in the outbox, if the run names a webhook (the store is
+    retried for a while; then the event is logged as lost rather than failing the run)."""
     delivery = delivery_of(record, status, now(), occurrence)
-    if delivery is not None:
+    if delivery is None:
+        return
+    try:
         await retrying(lambda: backend.add_webhook(delivery))
+    except BackendError as exc:
+        log.error("run %s: its %s webhook was not queued (%s)", record.id, delivery.type, exc)
 
 
 async def deliver_webhooks(backend: Backend, settings: WebhookSettings,
