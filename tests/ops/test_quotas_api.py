@@ -5,6 +5,7 @@ two servers sharing one Redis (issue 32)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +16,9 @@ from providers import fake
 from tests.api.conftest import Api, serve
 from tests.api.test_one_pipeline import post
 from tests.ops.conftest import KEYS, limits, redis_backend
+from tests.support.live_server import client_limits
+from tests.support.redis_server import free_port
+from tests.support.serve_process import start_serve, until_up
 
 
 def refused(resp: httpx.Response, limit: str) -> None:
@@ -99,26 +103,39 @@ async def test_a_spent_run_budget_ends_it_with_stop_reason_budget(ops: Api) -> N
     assert resp.status_code == 422 and resp.json()["error"]["field"] == "max_total_tokens"
 
 
-async def test_two_servers_on_one_redis_admit_exactly_the_limit(redis_url: str) -> None:
-    table = {"t": {"max_active_runs": 40}, "k": {"runs_per_minute": 25}}
-    async with serve(backend=redis_backend(redis_url), worker=False, api_keys=KEYS,
-                     tenant_limits=limits(table)) as one, \
-            serve(backend=redis_backend(redis_url), worker=False, api_keys=KEYS,
-                  tenant_limits=limits(table)) as two:
+async def test_two_api_processes_on_one_redis_admit_exactly_the_limit(
+        redis_url: str, tmp_path: Path) -> None:
+    """200 concurrent POSTs, half to each of two ``agentloop serve`` processes (no worker: no
+    run ends meanwhile), admit exactly the limit; so does a minute's window."""
+    table = limits({"t": {"max_active_runs": 40}, "k": {"runs_per_minute": 25}})
+    ports = [free_port(), free_port()]
+    procs = [await start_serve(port, tmp_path, args=("--no-worker",),
+                               AGENTLOOP_REDIS_URL=redis_url, AGENTLOOP_API_KEYS=KEYS,
+                               AGENTLOOP_TENANT_LIMITS=table,
+                               AGENTLOOP_DEFAULT_MODEL="demo:echo") for port in ports]
+    clients = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=client_limits(),
+                                 timeout=httpx.Timeout(30.0)) for port in ports]
+    try:
+        await asyncio.gather(*(until_up(c, p) for c, p in zip(clients, procs, strict=True)))
 
         async def burst(key: str, n: int) -> list[int]:
-            async def one_post(i: int) -> int:
-                api = (one, two)[i % 2]
-                resp = await api.client.post("/runs", json={"input": "hi"},
-                                             headers={"Authorization": f"Bearer {key}"})
+            async def one(i: int) -> int:
+                resp = await clients[i % 2].post("/runs", json={"input": "hi"},
+                                                 headers={"Authorization": f"Bearer {key}"})
                 return resp.status_code
 
-            return list(await asyncio.gather(*[one_post(i) for i in range(n)]))
+            return list(await asyncio.gather(*(one(i) for i in range(n))))
 
         codes = await burst("key-t", 200)
         assert (codes.count(201), codes.count(429)) == (40, 160)
         codes = await burst("key-k", 100)
         assert (codes.count(201), codes.count(429)) == (25, 75)
+    finally:
+        for client in clients:
+            await client.aclose()
+        for proc in procs:
+            proc.terminate()
+        await asyncio.gather(*(p.wait() for p in procs))
 
 
 async def test_bad_limits_do_not_start_the_service() -> None:
@@ -130,3 +147,24 @@ async def test_bad_limits_do_not_start_the_service() -> None:
             pass  # pragma: no cover
 
 
+
+
+async def test_each_end_user_has_its_own_limits(tmp_path: Path) -> None:
+    agents = tmp_path / "agents.yaml"
+    agents.write_text("agents:\n  - name: helper\n    model: fake:test\n")
+    table = limits({"t": {"max_active_runs": 3, "per_subject": {"max_active_runs": 1}}})
+    async with serve(worker=False, api_key="key-t", api_keys=KEYS, agents_file=agents,
+                     tenant_limits=table) as api:
+        async def as_user(subject: str) -> httpx.Response:
+            token = (await api.client.post("/client_tokens", json={"subject": subject})).json()
+            return await api.client.post("/runs", json={"input": "hi", "agent": "helper"}, headers={
+                "Authorization": f"Bearer {token['token']}"})
+
+        assert (await as_user("u1")).status_code == 201
+        again = await as_user("u1")
+        refused(again, "max_active_runs")
+        assert "this user" in again.json()["error"]["message"]
+        assert (await as_user("u2")).status_code == 201
+        await api.create(input="the tenant's own key: no user limit")
+        refused(await as_user("u3"), "max_active_runs")  # the tenant's 3 are taken
+        assert "tenant t" in (await as_user("u3")).json()["error"]["message"]

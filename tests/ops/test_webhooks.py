@@ -177,3 +177,18 @@ async def test_the_outbox_outlives_a_restart_on_redis(redis_url: str) -> None:
         assert [a["status"] for a in delivery["attempts"]][-1] == 204
         assert len(delivery["attempts"]) == tried + 1
         assert verified(receiver.requests[-1])["data"]["run_id"] == run["id"]
+
+
+async def test_an_agent_names_the_webhook_of_its_runs() -> None:
+    async with WireServer() as receiver, hooked(receiver) as api:
+        receiver.replies += ok()
+        resp = await api.client.post("/agents", json={
+            "name": "hooked", "model": "fake:test", "webhook": receiver.url + "/agent"})
+        assert resp.status_code == 201, resp.text
+        api.fake.script = [fake.text("done")]
+        run = await api.create(input="hi", agent="hooked")
+        await until(lambda: receiver.requests)
+        assert receiver.requests[0].path == "/agent"
+        assert verified(receiver.requests[0])["data"]["run_id"] == run["id"]
+        bad = await api.client.post("/agents", json={"name": "bad", "webhook": "http://10.0.0.9/"})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "webhook"
