@@ -12,7 +12,7 @@ is next found full::
 
     admit ─ full? ─ no ─▶ admitted
               └ yes ─ statuses of the set's runs ─ drop the ended (and the unknown admitted
-                      over GRACE ago) ─ any dropped? ─ admit again, else 429
+                      over GRACE ago) ─ admit again ─ full? ─ 429
 
 ``tokens_per_day`` counts the input + output tokens of the runs that ended that UTC day
 (``app.worker.run_end``): it refuses new runs once spent; runs already going finish (bound
@@ -64,8 +64,10 @@ async def admit(svc: Services, who: Principal, run_id: str) -> Admission | None:
     if not scopes:
         return None
     refused = await svc.backend.admit(who.tenant, scopes, run_id, time.time())
-    if refused is not None and refused.limit == "max_active_runs" and \
-            await _drop_ended(svc, who.tenant, refused.subject):
+    if refused is not None and refused.limit == "max_active_runs":
+        # asked again even when nothing was dropped: a worker may have given a slot back
+        # between the refusal and the read of the set
+        await _drop_ended(svc, who.tenant, refused.subject)
         refused = await svc.backend.admit(who.tenant, scopes, run_id, time.time())
     if refused is not None:
         metrics.QUOTA_REFUSALS.labels(refused.limit).inc()
@@ -81,8 +83,8 @@ async def release(svc: Services, admission: Admission | None) -> None:
                                          admission.run_id, rate=True)
 
 
-async def _drop_ended(svc: Services, tenant: str, subject: str | None) -> bool:
-    """Drop the runs of a full active set that have ended; whether any was."""
+async def _drop_ended(svc: Services, tenant: str, subject: str | None) -> None:
+    """Drop the runs of a full active set that have ended."""
     active = await svc.backend.active_runs(tenant, subject)
     statuses = await svc.backend.run_statuses([run_id for run_id, _ in active])
     cutoff = time.time() - GRACE
@@ -90,7 +92,6 @@ async def _drop_ended(svc: Services, tenant: str, subject: str | None) -> bool:
              if status in TERMINAL or (status is None and admitted < cutoff)]
     for run_id in ended:
         await svc.backend.release_active(tenant, subject, run_id)
-    return bool(ended)
 
 
 def quota_exceeded(tenant: str, refused: Refusal, scopes: list[QuotaScope]) -> ApiError:
