@@ -62,10 +62,13 @@ class MemoryQuotas(MemoryCore):
     async def accrue_usage(self, tenant: str, run_id: str, day: str,
                            values: Mapping[Dimension, str], counts: Mapping[str, int]) -> bool:
         """See ``QuotaStore.accrue_usage``."""
-        usage, accrued = self._q_usage, self._q_accrued
-        if (tenant, day, run_id) in accrued:
+        usage = self._q_usage
+        if day not in self._q_accrued and len(self._q_accrued) >= 2:  # as Redis's 2-day TTL
+            del self._q_accrued[min(self._q_accrued)]
+        accrued = self._q_accrued.setdefault(day, set())
+        if (tenant, run_id) in accrued:
             return False
-        accrued.add((tenant, day, run_id))
+        accrued.add((tenant, run_id))
         totals = usage.setdefault((tenant, day), {})
         for dimension, value in values.items():
             for metric, n in counts.items():
