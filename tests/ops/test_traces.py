@@ -20,6 +20,7 @@ from app.telemetry import traces
 from app.telemetry.trace_seam import RunSpan
 from app.telemetry.traces import RunTracing
 from providers import fake
+from providers.fake import FakeProvider
 from providers.messages import AssistantMessage, Usage
 from tests.api.conftest import serve
 from tests.support.wire_server import Reply, WireServer
@@ -177,3 +178,29 @@ async def test_spans_go_out_with_the_otlp_http_exporter() -> None:
     assert agent["gen_ai.conversation.id"].string_value == "thr_y"
     assert decoded["execute_tool search"].status.code == 2  # STATUS_CODE_ERROR
     assert decoded["chat m"].parent_span_id == decoded["invoke_agent helper"].span_id
+
+
+async def test_a_run_another_worker_takes_over_stays_one_trace(
+        spans: InMemorySpanExporter, redis_url: str) -> None:
+    """The first service stops mid-call (its worker hands the run back); a second one resumes
+    it: attempt 2's span is a child of attempt 1's, the parent stored with the run. A SIGKILLed
+    worker's successor reads the same stored parent."""
+    from tests.ops.conftest import redis_backend
+
+    spans.clear()
+    async with serve(backend=redis_backend(redis_url), otel=True) as first:
+        first.fake.script = [fake.hanging("thinking")]
+        run = await first.create(input="go", tools=[])
+        await first.wait_status(run["id"], "running")
+    async with serve(backend=redis_backend(redis_url), otel=True,
+                     fake=FakeProvider([fake.text("done")])) as second:
+        done = await second.wait_status(run["id"], "completed", "failed", within=20)
+        assert done["status"] == "completed", done["error"]
+        finished = await until_spans(spans, "invoke_agent", 2)
+    first_span, second_span = sorted((s for s in finished if s.name == "invoke_agent"),
+                                     key=lambda s: s.start_time or 0)
+    assert first_span.attributes is not None and second_span.attributes is not None
+    assert (first_span.attributes["agentloop.attempt"],
+            second_span.attributes["agentloop.attempt"]) == (1, 2)
+    assert hexes(second_span)[0] == hexes(first_span)[0]
+    assert hexes(second_span)[2] == hexes(first_span)[1]
