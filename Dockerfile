@@ -20,7 +20,7 @@ COPY providers ./providers
 COPY tool_registry ./tool_registry
 # the project itself (its dependencies' ranges are in pyproject.toml)
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".[bedrock]"
+RUN pip install --no-cache-dir ".[bedrock,otel]"
 
 # Custom tools: put modules in /srv/agentloop/tools (a volume, or COPY in an image built
 # FROM this one) and name them in AGENTLOOP_TOOL_MODULES (e.g. "my_tools"); that directory is

@@ -18,7 +18,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bedrock]'
+	$(BIN)/pip install -q -e '.[dev,bedrock,otel]'
 	touch $(STAMP)
 
 run: install

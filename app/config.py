@@ -9,6 +9,7 @@ instead of ``os.environ``.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -16,11 +17,42 @@ from typing import Any, Literal
 
 import orjson
 from dotenv import dotenv_values
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
 _WINDOWS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+
+
+class Limits(BaseModel):
+    """Quotas of one scope (a tenant, or each end user of it); None: no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_active_runs: int | None = Field(default=None, ge=0)
+    """Runs not yet ended (queued, running or waiting in ``requires_action``)."""
+    runs_per_minute: int | None = Field(default=None, ge=0)
+    """Runs started in any 60 seconds (a sliding window)."""
+    tokens_per_day: int | None = Field(default=None, ge=0)
+    """Input + output tokens of the runs that ended this UTC day."""
+
+
+class TenantLimits(Limits):
+    """A tenant's quotas, and ``per_subject``: each of its end users' own."""
+
+    per_subject: Limits | None = None
+
+
+_LIMITS = TypeAdapter(dict[str, TenantLimits])
+
+
+@functools.lru_cache(maxsize=4)
+def _limits_table(raw: str) -> dict[str, TenantLimits]:
+    return _LIMITS.validate_json(raw)
+
+
+@functools.lru_cache(maxsize=4)
+def _webhook_table(raw: str) -> dict[str, str]:
+    return TypeAdapter(dict[str, str]).validate_json(raw)
 
 
 def _split(value: str) -> list[str]:
@@ -137,6 +169,29 @@ class Settings(BaseSettings):
     """Open provider connections at once (each streaming run holds one over HTTP/1.1)."""
     openai_profiles: str = ""
     """JSON ``{"name": {"base_url", "api_key_env"?, "protocol"?}}`` of OpenAI-compatible servers."""
+    tenant_limits: str = ""
+    """JSON ``{"<tenant>" | "*": {"max_active_runs", "runs_per_minute", "tokens_per_day",
+    "per_subject": {the same three}}}``: quotas per tenant, and per end user of it
+    (``app.api.quotas``); a tenant's own entry replaces ``*``. Empty: no quotas."""
+    webhook_secret: str | None = None
+    """``whsec_<base64>``: the Standard Webhooks signing secret; unset: webhooks are off."""
+    tenant_webhooks: str = ""
+    """JSON ``{"<tenant>" | "*": "<url>"}``: where a tenant's runs that name no webhook (nor
+    their agent) send theirs."""
+    webhook_allow_urls: str = ""
+    """Comma-separated URL prefixes a webhook may target even where the SSRF guard refuses
+    (a private address, loopback)."""
+    webhook_retry_seconds: float = Field(default=5.0, gt=0)
+    """The first retry's delay; each next one doubles, up to ``webhook_retry_cap``."""
+    webhook_retry_cap: float = Field(default=300.0, gt=0)
+    webhook_attempts: int = Field(default=12, ge=1)
+    """Attempts per webhook before it is given up (the defaults span about half an hour)."""
+    webhook_timeout: float = Field(default=10.0, gt=0)
+    otel: bool = False
+    """OpenTelemetry traces (the ``otel`` extra), configured by the standard ``OTEL_*``
+    variables."""
+    otel_content: bool = False
+    """Put prompts and completions on the spans (off: only counts and names)."""
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     health_file: Path = Field(
@@ -159,6 +214,33 @@ class Settings(BaseSettings):
                     window.strip().lower() not in _WINDOWS:
                 raise ValueError("AGENTLOOP_SUBJECT_RATE looks like 60/minute (second, minute "
                                  "or hour)")
+        return value
+
+    @field_validator("tenant_limits")
+    @classmethod
+    def _limits_are_json(cls, value: str) -> str:
+        if value.strip():
+            try:
+                _LIMITS.validate_json(value)
+            except ValidationError as exc:
+                raise ValueError(f"AGENTLOOP_TENANT_LIMITS: {exc}") from None
+        return value
+
+    @field_validator("tenant_webhooks")
+    @classmethod
+    def _webhooks_are_json(cls, value: str) -> str:
+        if value.strip():
+            try:
+                _webhook_table(value)
+            except ValidationError as exc:
+                raise ValueError(f"AGENTLOOP_TENANT_WEBHOOKS: {exc}") from None
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_is_whsec(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("whsec_"):
+            raise ValueError("AGENTLOOP_WEBHOOK_SECRET looks like whsec_<base64>")
         return value
 
     @field_validator("openai_profiles")
@@ -202,6 +284,25 @@ class Settings(BaseSettings):
     def disabled_tool_list(self) -> list[str]:
         """Tool or toolset names the operator removed from every menu."""
         return _split(self.disabled_tools)
+
+    def limits_for(self, tenant: str) -> TenantLimits | None:
+        """The quotas of ``tenant``: its own entry in ``tenant_limits``, else ``*``'s."""
+        if not self.tenant_limits.strip():
+            return None
+        table = _limits_table(self.tenant_limits)
+        return table.get(tenant, table.get("*"))
+
+    def tenant_webhook(self, tenant: str) -> str | None:
+        """The default webhook of ``tenant``'s runs (its own entry, else ``*``'s); None while
+        webhooks are off."""
+        if not self.tenant_webhooks.strip() or self.webhook_secret is None:
+            return None
+        table = _webhook_table(self.tenant_webhooks)
+        return table.get(tenant, table.get("*"))
+
+    def webhook_allow_list(self) -> list[str]:
+        """URL prefixes webhooks may target past the SSRF guard."""
+        return _split(self.webhook_allow_urls)
 
     def profile_map(self) -> dict[str, dict[str, Any]]:
         """The parsed ``openai_profiles``."""

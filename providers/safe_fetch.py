@@ -167,6 +167,19 @@ async def _get(client: httpx.AsyncClient, url: httpx.URL, *, allow_private: bool
     return Fetched(url, response, bytes(body), False)
 
 
+async def post(client: httpx.AsyncClient, url: str, *, content: bytes, headers: dict[str, str],
+               allow_private: bool) -> int:
+    """POST ``content`` to ``url`` under the guard (the checked address pinned, as ``fetch``
+    does): the response's status. Redirects are not followed and the body is not read (a
+    webhook receiver answers with its status). No timeout of its own: the client's."""
+    target_url = httpx.URL(url)
+    ip = await checked_address(target_url, allow_private=allow_private)
+    target, pinned, extensions = _pinned(target_url, ip)
+    async with client.stream("POST", target, content=content, headers={**headers, **pinned},
+                             extensions=extensions, follow_redirects=False) as response:
+        return response.status_code
+
+
 async def fetch(client: httpx.AsyncClient, url: str | httpx.URL, *, allow_private: bool,
                 max_bytes: int, user_agent: str,
                 schemes: Collection[str] = WEB_SCHEMES) -> Fetched:

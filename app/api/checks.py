@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from app.api.attachment_checks import AttachmentRules, Budget, check_attachment
@@ -36,6 +37,7 @@ from providers.messages import (
     dump_message,
     message_adapter,
 )
+from providers.safe_fetch import literal_reason
 from tool_registry import Menu, MenuError, Registry, build_menu
 from tool_registry.json_schema import SchemaProblem
 
@@ -49,6 +51,27 @@ MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 def invalid(field: str, problem: str) -> ApiError:
     """422 ``validation_error`` naming ``field``."""
     return ApiError(422, "validation_error", f"{field}: {problem}", field)
+
+
+def check_webhook(url: str | None, *, secret: str | None, allowed: Iterable[str]) -> None:
+    """422 naming ``webhook`` unless it is an http(s) URL a delivery may go to: webhooks on
+    (a signing secret set), and no literal address the SSRF guard refuses unless allowed
+    (names are resolved and checked at each delivery)."""
+    if url is None:
+        return
+    if secret is None:
+        raise invalid("webhook", "webhooks are off (AGENTLOOP_WEBHOOK_SECRET is not set)")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise invalid("webhook", "an http or https URL")
+    if any(url.startswith(prefix) for prefix in allowed):
+        return
+    reason = literal_reason(parsed.host, False)
+    if reason:
+        raise invalid("webhook", f"{parsed.host} is {reason}")
 
 
 def check_model(model: str, resolve: ResolveProvider) -> None:

@@ -78,7 +78,8 @@ _DOC = {400: "malformed JSON, an unknown model, tool or toolset, or an attachmen
         413: "request body (or an attachment) too large",
         415: "request body is not application/json",
         422: "a field of the wrong shape",
-        429: "an end user's request rate was passed (Retry-After)",
+        429: "an end user's request rate was passed (rate_limited), or a quota "
+             "(quota_exceeded: field names the limit); Retry-After says when to try again",
         403: "an end user may not do this (a field its agent locks, an agent or admin route "
              "it was not granted)",
         503: "the run store is unavailable (Retry-After)"}

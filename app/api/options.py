@@ -169,11 +169,20 @@ class RunOptions(BaseModel):
     max_tokens: StrictInt | None = Field(
         default=None, ge=1,
         description="per model call; unset: AGENTLOOP_DEFAULT_MAX_TOKENS")
+    max_total_tokens: StrictInt | None = Field(
+        default=None, ge=1,
+        description="the run's token budget (input + output over all its model calls): once "
+                    "spent, the run ends with stop_reason 'budget' (status completed); checked "
+                    "before each model call, so at most the one call that crossed it overshoots")
     timeout: float | None = Field(
         default=None, gt=0, strict=True,
         description="seconds the run may take from its start before it ends with stop_reason "
                     "'error'; at most (and by default) AGENTLOOP_RUN_TIMEOUT")
     metadata: Metadata = Field(default_factory=dict)
+    webhook: str | None = Field(default=None, min_length=1, max_length=2048, description=(
+        "an http(s) URL told when the run ends or waits (run.completed, run.failed, "
+        "run.cancelled, run.requires_action), signed per Standard Webhooks; default: the "
+        "agent's, else the tenant's (AGENTLOOP_TENANT_WEBHOOKS)"))
     multitask: MultitaskField | None = Field(default=None, description=(
         "on a thread: what the message does while the thread is busy (default enqueue)"))
     approval: Names | Literal["all", "unsafe"] | None = Field(

@@ -6,7 +6,8 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
     POST /ag-ui ────────────┘   submit()      └ check_timeout ─ check_response_format ─ input
-                                                (attachments against the model) ─▶ create_run
+                                                (attachments against the model) ─ quotas
+                                                (app.api.quotas: 429 quota_exceeded) ─▶ create_run
                                                                         │ post_thread_run
     every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from app.api import agents
+from app.api import agents, quotas
 from app.api.attachment_checks import AttachmentRules, rules_for
 from app.api.auth import Principal
 from app.api.checks import (
@@ -33,6 +34,7 @@ from app.api.checks import (
     check_model,
     check_response_format,
     check_timeout,
+    check_webhook,
     invalid,
     normalise_input,
     run_menu,
@@ -41,6 +43,7 @@ from app.api.checks import (
 from app.api.errors import ApiError
 from app.api.options import RunOptions
 from app.api.services import Services
+from app.api.trace_context import incoming_traceparent
 from app.engine.events import RunCreated, json_bytes
 from app.store.errors import NotLastReply, ThreadNotFound
 from app.store.ids import is_thread_id, new_message_id, new_run_id, new_thread_run_id
@@ -100,6 +103,8 @@ async def submit(svc: Services, request: RunRequest) -> Submitted:
     try:
         return await _submit(svc, request)
     except ApiError as exc:
+        if exc.code == "quota_exceeded":  # its field names the limit, not a door's field
+            raise
         raise exc.renamed(request.rename) from None
 
 
@@ -111,7 +116,8 @@ async def _submit(svc: Services, request: RunRequest) -> Submitted:
     if agent is not None:
         options = agents.apply(agent, options, request.set_fields)
     model = check_run_options(svc, options)
-    run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model))
+    run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model),
+               webhook=options.webhook or svc.settings.tenant_webhook(request.principal.tenant))
     if request.thread_id is None:
         return await _create(svc, request, run)
     return await _post(svc, request, request.thread_id, run)
@@ -126,11 +132,14 @@ class _Run:
     model: str
     agent: agents.ResolvedAgent | None
     rules: AttachmentRules
+    webhook: str | None = None
+    """The run's, its agent's or its tenant's webhook."""
 
     def stored(self, value: Any) -> dict[str, Any]:
         """The JSON-ready request the runner reads (``model`` filled, ``input`` normalised,
         the agent's name and version recorded)."""
-        request = {**self.options.option_fields(), "model": self.model, "input": value}
+        request = {**self.options.option_fields(), "model": self.model, "input": value,
+                   "webhook": self.webhook}
         if self.agent is not None:
             request.update(agent=self.agent.spec.name, agent_version=self.agent.version)
         return request
@@ -147,6 +156,8 @@ def check_run_options(svc: Services, options: RunOptions) -> str:
     check_approval(options, svc.registry)
     check_timeout(options, svc.settings.run_timeout)
     check_response_format(options)
+    check_webhook(options.webhook, secret=svc.settings.webhook_secret,
+                  allowed=svc.settings.webhook_allow_list())
     return model
 
 
@@ -199,14 +210,22 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
     if run.options.multitask is not None:
         raise invalid("multitask", "only with thread_id")
     record = RunRecord(id=new_run_id(), tenant=tenant, model=run.model, created_at=time.time(),
+                       traceparent=incoming_traceparent(),
                        metadata=dict(run.options.metadata), owner=request.principal.subject,
                        request=run.stored(normalise_input(request.input, run.rules)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
     digest = request_hash({"tenant": tenant, "body": request.digest_of})
-    record, created = await svc.backend.create_run(record, idempotency_key=key,
-                                                   request_hash=digest,
-                                                   first_event=RunCreated(model=run.model))
-    if created:
+    admission = await quotas.admit(svc, request.principal, record.id)
+    try:
+        record, created = await svc.backend.create_run(record, idempotency_key=key,
+                                                       request_hash=digest,
+                                                       first_event=RunCreated(model=run.model))
+    except BaseException:
+        await quotas.release(svc, admission)
+        raise
+    if not created:  # an Idempotency-Key repeat: the first request's run holds the quota
+        await quotas.release(svc, admission)
+    else:
         metrics.RUNS_CREATED.inc()
     return Submitted(run_id=record.id, record=record, created=created)
 
@@ -220,13 +239,14 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
     if not is_thread_id(thread_id):
         raise thread_not_found(thread_id)
     post = _thread_post(request, thread_id, run)
+    admission = await quotas.admit(svc, request.principal, post.candidate.id)
     try:
-        outcome = await svc.backend.post_thread_run(thread_id, post)
-    except ThreadNotFound as exc:
-        raise thread_not_found(thread_id) from exc
-    except NotLastReply as exc:
-        raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
-                       f"of thread {thread_id}: only the last reply is regenerated") from exc
+        outcome = await _post_step(svc, request, thread_id, post)
+    except BaseException:
+        await quotas.release(svc, admission)
+        raise
+    if outcome.repeat or outcome.run_id != post.candidate.id:  # no new run: the message
+        await quotas.release(svc, admission)                   # joined a run already there
     if outcome.action == "rejected":
         why = "a reply is regenerated once the thread is idle" if request.replaces else \
             "multitask: reject"
@@ -242,6 +262,17 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
     return Submitted(run_id=outcome.run_id, outcome=outcome)
 
 
+async def _post_step(svc: Services, request: RunRequest, thread_id: str,
+                     post: ThreadPost) -> PostOutcome:
+    try:
+        return await svc.backend.post_thread_run(thread_id, post)
+    except ThreadNotFound as exc:
+        raise thread_not_found(thread_id) from exc
+    except NotLastReply as exc:
+        raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
+                       f"of thread {thread_id}: only the last reply is regenerated") from exc
+
+
 def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
     """The store's ``ThreadPost``: the prompts, and the run to create if one must start."""
     options, tenant = run.options, request.principal.tenant
@@ -250,6 +281,7 @@ def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
     stored["thread_id"] = thread_id
     candidate = RunRecord(id=new_thread_run_id(thread_id), tenant=tenant, model=run.model,
                           created_at=time.time(), metadata=dict(options.metadata),
+                          traceparent=incoming_traceparent(),
                           request=stored)
     digest = request_hash({"tenant": tenant, "thread": thread_id, "body": request.digest_of})
     multitask = "reject" if request.replaces else options.multitask or DEFAULT_MULTITASK

@@ -30,3 +30,5 @@ class Services:
     client: httpx.AsyncClient | None = None
     worker: asyncio.Task[None] | None = None
     janitor: asyncio.Task[None] | None = None
+    webhooks: asyncio.Task[None] | None = None
+    """The webhook sender (``app.worker.webhooks``) of a worker process."""

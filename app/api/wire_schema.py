@@ -53,7 +53,7 @@ ENUMS: dict[str, Json] = {
                   "enum": ["queued", "running", "requires_action", "completed",
                            "failed", "cancelled"]},
     "RunStopReason": {"type": "string", "enum": ["stop", "max_iterations", "error", "aborted",
-                                                 "output_invalid"]},
+                                                 "output_invalid", "budget"]},
 }
 ENVELOPE: Json = {
     "seq": {"type": "integer", "minimum": 1, "description": "position in the run's log, from 1"},

@@ -108,7 +108,7 @@ class TurnEnd:
 
 
 RunStopReason: TypeAlias = Literal["stop", "max_iterations", "error", "aborted",
-                                  "output_invalid"]
+                                  "output_invalid", "budget"]
 
 
 @dataclass(slots=True, kw_only=True)

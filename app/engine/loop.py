@@ -187,6 +187,8 @@ class AgentLoop:
             while more_tools or self.pending_msgs:
                 if not self.reopened and self._cap_reached():
                     return self._outcome("max_iterations", None)
+                if self._budget_spent():
+                    return self._outcome("budget", None)
                 message = await self._round()
                 if message.stop_reason in ("error", "aborted"):
                     self.emit(TurnEnd(message=message, tool_results=[]))
@@ -245,6 +247,14 @@ class AgentLoop:
                                  check.failure(problems, capped=not check.retried))
         self.pending_msgs.append(check.corrective(problems))
         return None
+
+    def _budget_spent(self) -> bool:
+        cap = self.cfg.max_total_tokens
+        if cap is None:
+            return False
+        spent = sum(m.usage.input_tokens + m.usage.output_tokens for m in self.added
+                    if isinstance(m, AssistantMessage))
+        return spent >= cap
 
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations

@@ -36,6 +36,10 @@ class LoopConfig:
     reset_tool_choice: bool = True
     parallel_tool_calls: bool | None = None
     max_iterations: int | None = None
+    max_total_tokens: int | None = None
+    """The run's token budget (input + output of its own model calls, resumed attempts
+    included): once spent, no further model call is made and the run ends ``budget``. Checked
+    before each call, so a run overshoots by at most the one call that crossed it."""
     steering_mode: QueueMode = "one-at-a-time"
     follow_up_mode: QueueMode = "one-at-a-time"
     temperature: float | None = None

@@ -32,7 +32,10 @@ from app.api.routes import (
     runs,
     threads,
     tools,
+    usage,
+    webhooks,
 )
+from app.api.trace_context import TraceParent
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
 from app.dialects.ag_ui import routes as ag_ui
@@ -72,14 +75,16 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                          lifespan=lifespan)
     install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
-    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, health,
-                   ai_sdk, ag_ui):
+    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, usage,
+                   webhooks, health, ai_sdk, ag_ui):
         app.include_router(module.router)
     if cfg.playground:
         app.include_router(playground.router)
     app.add_middleware(HeadAsGet, routes=app.routes)
     app.add_middleware(BodyGuard, limit=cfg.max_body_bytes, text_paths=TEXT_ERROR_PATHS)
     app.add_middleware(RunLogContext, tenant_of=_tenant_of)
+    if cfg.otel:  # the caller's traceparent becomes its runs' parent span
+        app.add_middleware(TraceParent)
     _add_cors(app, cfg.cors_origin_list())
     app.add_middleware(StashServerSend)  # outermost of ours: app.delivery.server_send
     return app

@@ -52,6 +52,22 @@ async def _start_worker(svc: Services, stop: asyncio.Event) -> asyncio.Task[None
     return task
 
 
+def _start_webhooks(svc: Services, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """The webhook sender (``app.worker.webhooks``) of a worker process, when webhooks are on."""
+    from app.worker.webhooks import WebhookSettings, deliver_webhooks
+
+    cfg = svc.settings
+    if cfg.webhook_secret is None:
+        return None
+    settings = WebhookSettings(secret=cfg.webhook_secret,
+                               allow=tuple(cfg.webhook_allow_list()),
+                               first_retry=cfg.webhook_retry_seconds,
+                               retry_cap=cfg.webhook_retry_cap, attempts=cfg.webhook_attempts,
+                               timeout=cfg.webhook_timeout)
+    return asyncio.create_task(deliver_webhooks(svc.backend, settings, stop),
+                               name="agentloop-webhooks")
+
+
 def _start_janitor(svc: Services) -> asyncio.Task[None] | None:
     """The workspace sweeper (``app.worker.janitor``) of a process that runs tools."""
     from app.worker.janitor import run_janitor
@@ -110,6 +126,7 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
             if worker:
                 svc.worker = await _start_worker(svc, stop)
                 svc.janitor = _start_janitor(svc)
+                svc.webhooks = _start_webhooks(svc, stop)
             _log_startup(svc, sandbox, worker)
             yield svc
         finally:
@@ -117,6 +134,8 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
             if svc.janitor is not None:
                 svc.janitor.cancel()
                 await asyncio.gather(svc.janitor, return_exceptions=True)
+            if svc.webhooks is not None:  # it ends at ``stop`` once its sends are stored
+                await asyncio.gather(svc.webhooks, return_exceptions=True)
             if svc.worker is not None:
                 await _stop_worker(svc.worker, svc.settings.lease_seconds)
             await store.close()

@@ -16,6 +16,7 @@ from app.api.auth.idp import IdpSettings
 from app.config import Settings
 from app.engine.loop_config import ResolveProvider
 from app.store.contract import Backend
+from app.telemetry.trace_seam import Tracing
 from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
 from tool_registry import ToolModuleError, import_tool_modules
@@ -153,7 +154,17 @@ def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
             "disabled_tools": cfg.disabled_tool_list(), "env": env,
             "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
             "flush_interval": cfg.event_flush_ms / 1000, "run_timeout": cfg.run_timeout,
-            "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts}
+            "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts,
+            "tracing": run_tracing(cfg)}
+
+
+def run_tracing(cfg: Settings) -> Tracing | None:
+    """Traces of runs (``app.telemetry.traces``, imported only when ``AGENTLOOP_OTEL`` is on)."""
+    if not cfg.otel:
+        return None
+    from app.telemetry.traces import RunTracing
+
+    return RunTracing(content=cfg.otel_content)
 
 def provider_client(settings: Settings, env: dict[str, str]) -> httpx.AsyncClient:
     """The one client every provider shares, routed per URL (``providers._routing``): the lean

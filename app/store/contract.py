@@ -34,11 +34,12 @@ A follow-up does not wake a parked run: it waits for the loop's end, like any fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from app.engine.events import ServiceEvent
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
+from app.store.quota_records import Dimension, QuotaScope, Refusal, UsageLine
 from app.store.records import (
     AgentRecord,
     Answer,
@@ -50,6 +51,7 @@ from app.store.records import (
     StoredEvent,
 )
 from app.store.thread_records import PostOutcome, ThreadPage, ThreadPost, ThreadRecord
+from app.store.webhook_records import WebhookDelivery
 
 
 class RunStore(Protocol):
@@ -348,6 +350,66 @@ class Counters(Protocol):
         ...
 
 
+class QuotaStore(Protocol):
+    """Quota counters and usage totals shared by every process (``app.store.quota_records``).
+    The active set of a scope may hold runs that have ended by other ways than their worker's
+    end (a deleted thread): ``app.api.quotas`` drops those, using ``run_statuses``."""
+
+    async def admit(self, tenant: str, scopes: Sequence[QuotaScope], run_id: str,
+                    at: float) -> Refusal | None:
+        """Atomically: if every limit of every scope holds, add ``run_id`` to each scope's
+        active set and rate window and return None; else change nothing and return the first
+        limit hit."""
+        ...
+
+    async def release_active(self, tenant: str, subject: str | None, run_id: str, *,
+                             rate: bool = False) -> None:
+        """``run_id`` leaves the active sets of the tenant and of ``subject`` (and, with
+        ``rate``, their rate windows: it never started); idempotent."""
+        ...
+
+    async def active_runs(self, tenant: str, subject: str | None) -> list[tuple[str, float]]:
+        """The active set of one scope: ``(run_id, admitted at)``."""
+        ...
+
+    async def run_statuses(self, run_ids: Sequence[str]) -> list[str | None]:
+        """Each run's status (None: no such run), in order."""
+        ...
+
+    async def accrue_usage(self, tenant: str, run_id: str, day: str,
+                           values: Mapping[Dimension, str], counts: Mapping[str, int]) -> bool:
+        """Add ``counts`` (``USAGE_METRICS``) to ``day``'s totals of each dimension's value;
+        once per run: False (nothing added) when ``run_id`` was counted already."""
+        ...
+
+    async def usage(self, tenant: str, days: Sequence[str]) -> list[UsageLine]:
+        """The tenant's totals on ``days``: one line per day, dimension and value."""
+        ...
+
+
+class WebhookOutbox(Protocol):
+    """Webhook deliveries waiting to be sent, durable on Redis (``app.store.webhook_records``);
+    kept with their run (gone when the run's record expires)."""
+
+    async def add_webhook(self, delivery: WebhookDelivery) -> bool:
+        """Store ``delivery``, due now; False (nothing changed) when its id is stored already."""
+        ...
+
+    async def claim_webhooks(self, at: float, lease: float, limit: int
+                             ) -> list[WebhookDelivery]:
+        """Up to ``limit`` deliveries due at ``at``, each made due again only ``lease``
+        seconds later (another worker then takes it: this one died)."""
+        ...
+
+    async def webhook_attempted(self, delivery: WebhookDelivery) -> None:
+        """Store ``delivery`` after an attempt: due at its ``next_at`` while ``pending``."""
+        ...
+
+    async def run_webhooks(self, run_id: str) -> list[WebhookDelivery]:
+        """The run's deliveries, oldest first."""
+        ...
+
+
 class Backend(RunStore, EventLog, QueueStore, CancelSignal, Dispatch, ParkingStore, ThreadStore,
-              AgentStore, Counters, Protocol):
+              AgentStore, Counters, QuotaStore, WebhookOutbox, Protocol):
     """Storage and coordination for runs: every concern above (both built-in backends)."""

@@ -67,6 +67,10 @@ class RunRecord:
     state: dict[str, Any] | None = None
     """The shared state the run ended with (``app.engine.shared_state``): where its thread's
     next run starts."""
+    traceparent: str | None = None
+    """W3C trace context every attempt's ``invoke_agent`` span is a child of: the request's
+    ``traceparent``, else the first attempt's own span (``app.telemetry.traces``), so a resumed
+    or woken run continues one trace."""
     replaced_by: str | None = None
     """A thread's reply another run replaced (a regenerated answer: ``ThreadPost.replaces``);
     its messages left the thread's history."""

@@ -11,11 +11,16 @@ They live in ``prometheus_client``'s default registry (one per process). Names::
     agentloop_provider_latency_seconds{provider}     model call duration (first byte to done)
     agentloop_provider_first_byte_seconds{provider}  model call time to first event
     agentloop_tool_latency_seconds{tool, outcome}    tool execution duration (ok|error|aborted)
+    agentloop_tokens_total{kind, provider, model}    tokens of ended runs: kind input, output,
+                                                     cache_read or cache_write
+    agentloop_quota_refusals_total{limit}            requests refused 429 quota_exceeded
+    agentloop_webhook_attempts_total{outcome}        webhook deliveries tried (ok|failed|refused)
 
 Every label takes values from a bounded set, so no request or model output can grow the
 number of series: ``tool`` is a registered tool's name or ``unknown`` (a hallucinated name),
 ``provider`` a known provider or profile name, or one of at most ``MAX_EXTRA_PROVIDERS`` others
-(custom provider factories), then ``other``; ``status``/``stop_reason``/``kind`` their
+(custom provider factories), then ``other``; ``model`` one of the first ``MAX_MODELS`` seen,
+then ``other``; ``status``/``stop_reason``/``kind`` their
 documented values or ``other``. ``configure_labels`` names the registry and the extra provider
 profiles at start-up.
 """
@@ -37,9 +42,13 @@ UNKNOWN_TOOL = "unknown"
 MAX_EXTRA_PROVIDERS = 20
 """Provider label values admitted beyond the known ones (a custom factory's prefixes)."""
 _extra_providers: set[str] = set()
+MAX_MODELS = 50
+"""Model label values admitted (the first seen), then ``other``."""
+_models: set[str] = set()
+_TOKEN_KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _STATUSES = frozenset({"completed", "failed", "cancelled"})
 _STOP_REASONS = frozenset({"stop", "max_iterations", "error", "aborted", "output_invalid",
-                           "none"})
+                           "budget", "none"})
 _providers: frozenset[str] = frozenset({*BUILTIN, *builtin_profiles()})
 _tool_names: Callable[[], Collection[str]] = lambda: default_registry.tools  # noqa: E731
 
@@ -90,6 +99,11 @@ PROVIDER_FIRST_BYTE = Histogram("agentloop_provider_first_byte_seconds",
 TOOL_LATENCY = Histogram("agentloop_tool_latency_seconds", "Tool execution duration.",
                          ["tool", "outcome"], buckets=_LATENCY_BUCKETS)
 
+TOKENS = Counter("agentloop_tokens", "Tokens of ended runs.", ["kind", "provider", "model"])
+QUOTA_REFUSALS = Counter("agentloop_quota_refusals", "Requests refused for a quota.", ["limit"])
+WEBHOOK_ATTEMPTS = Counter("agentloop_webhook_attempts", "Webhook deliveries tried.",
+                           ["outcome"])
+
 for _kind in ("steer", "follow_up"):
     QUEUE_DEPTH.labels(kind=_kind)
 
@@ -98,6 +112,25 @@ def record_run_end(status: str, stop_reason: str | None) -> None:
     """Count one ended run."""
     RUNS_ENDED.labels(status=_one_of(status, _STATUSES),
                       stop_reason=_one_of(stop_reason or "none", _STOP_REASONS)).inc()
+
+
+def model_label(model: str) -> str:
+    """``model`` while fewer than ``MAX_MODELS`` values have been seen, else ``other``."""
+    if model in _models:
+        return model
+    if len(_models) < MAX_MODELS:
+        _models.add(model)
+        return model
+    return OTHER
+
+
+def record_tokens(model: str, usage: dict[str, int]) -> None:
+    """Count an ended run's tokens (``model``: ``provider:model``)."""
+    provider, _, name = model.partition(":")
+    labels = (provider_label(provider), model_label(name or provider))
+    for kind in _TOKEN_KINDS:
+        if usage.get(kind):
+            TOKENS.labels(kind.removesuffix("_tokens"), *labels).inc(usage[kind])
 
 
 def metrics_response() -> Response:

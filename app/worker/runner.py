@@ -8,7 +8,7 @@ Timeline of one run::
                                                                  backend ◀── batches ──────┘
                        agent_end ─ close(final fields in the same batch) ─ finish (TTL, ack job)
 
-``status``: queued → running → completed (stop, max_iterations) | failed (error,
+``status``: queued → running → completed (stop, max_iterations, budget) | failed (error,
 output_invalid) | cancelled (aborted). A stale runner (``FencedOut``) stops quietly: another
 worker owns the run.
 A runner cancelled from outside (graceful shutdown) lets the loop release taken queue messages,
@@ -39,11 +39,14 @@ from app.store.records import TERMINAL, Claim, RunRecord, now
 from app.telemetry import metrics
 from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
+from app.telemetry.trace_seam import RunSpan, Trace, Tracing
 from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
+from app.worker.run_end import after_end
 from app.worker.run_state import run_state
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
+from app.worker.webhooks import queue_webhook
 from providers.base import ForcedTool, ToolChoice
 from providers.messages import Message, Usage, UserMessage, load_messages
 from tool_registry import Registry, build_menu, default_registry
@@ -74,6 +77,8 @@ class RunnerDeps:
     max_attempts: int = 3
     """Consecutive worker deaths without progress before a run ends ``failed``
     (``AGENTLOOP_MAX_ATTEMPTS``; 0: no cap)."""
+    tracing: Tracing | None = None
+    """Spans of every attempt (``app.telemetry.traces``; None: ``AGENTLOOP_OTEL`` is off)."""
     resume_gate: ResumeGate = field(default_factory=ResumeGate)
     """Suspects take their first step alone among resumed runs on a worker
     (``app.worker.attempts``)."""
@@ -98,12 +103,16 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         log.info("run %s: resuming attempt %d on worker %s", claim.run_id, claim.attempt,
                  deps.worker)
     if record.status in TERMINAL:
-        await _finish(deps.backend, claim)
+        await _finish(deps, claim)
         return
     provider_name = str(record.request.get("model") or record.model).split(":", 1)[0]
-    sink = EventSink(deps.backend, claim.run_id, claim.attempt,
+    trace = _start_trace(deps.tracing, claim, record)
+    sink = EventSink(deps.backend, claim.run_id, claim.attempt, trace=trace,
                      flush_interval=deps.flush_interval, timings=RunTimings(provider_name))
+    if trace is not None and record.traceparent is None:  # later attempts join its trace
+        sink.set_fields(traceparent=trace.traceparent)
     metrics.ACTIVE_RUNS.inc()
+    crashed: str | None = None
     try:
         await _drive(deps, claim, record, sink)
     except FencedOut:
@@ -113,8 +122,11 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         log.info("run %s: already ended; attempt %d stops", claim.run_id, claim.attempt)
     except Exception as exc:
         log.exception("run %s: runner crashed", claim.run_id)
+        crashed = type(exc).__name__
         await _end_after_crash(deps, claim, sink, exc)
     finally:
+        if trace is not None:
+            trace.end(error=crashed)
         metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
             sink.task.cancel()
@@ -125,7 +137,7 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
     if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
         await sink.close(**_final(*ended_fields(earlier.ended)))
-        await _finish(deps.backend, claim)
+        await _finish(deps, claim)
         return
     if woken is not None:
         parking.count_wait(record, woken, sink)
@@ -169,11 +181,12 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     if outcome.parked:
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
+        await queue_webhook(deps.backend, record, "requires_action", str(claim.attempt))
         return
     shared = kwargs["config"].shared
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
                               outcome.output), state=shared.value if shared else None)
-    await _finish(deps.backend, claim)
+    await _finish(deps, claim)
 
 
 async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, lost: bool
@@ -195,7 +208,7 @@ async def _end_at_start(deps: RunnerDeps, claim: Claim, sink: EventSink, error: 
     """The run fails before its loop starts: ``agent_end`` with ``error``."""
     sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
     await sink.close(**_final("error", error, None, Usage()))
-    await _finish(deps.backend, claim)
+    await _finish(deps, claim)
 
 
 CRASH_END_S = 30.0
@@ -221,7 +234,7 @@ async def _end_after_crash(deps: RunnerDeps, claim: Claim, crashed: EventSink,
                     sink.emit(event, checkpoint=False)
                 sink.emit(AgentEnd(stop_reason="error", error=error, usage=Usage(), messages=[]))
                 await sink.close(**_final("error", error, None, Usage()))
-            await _finish(deps.backend, claim)
+            await _finish(deps, claim)
     except (FencedOut, RunEnded):
         pass  # another worker owns it, or it ended meanwhile
     except Exception:
@@ -229,6 +242,17 @@ async def _end_after_crash(deps: RunnerDeps, claim: Claim, crashed: EventSink,
     finally:
         if not sink.task.done():
             sink.task.cancel()
+
+
+def _start_trace(tracing: Tracing | None, claim: Claim, record: RunRecord) -> Trace | None:
+    """This attempt's spans, children of the run's stored trace context."""
+    if tracing is None:
+        return None
+    req = record.request
+    return tracing.start(RunSpan(
+        run_id=record.id, attempt=claim.attempt, model=str(req.get("model") or record.model),
+        agent=req.get("agent"), thread_id=req.get("thread_id"),
+        traceparent=record.traceparent))
 
 
 def _suspect(verdict: Verdict | None) -> bool:
@@ -295,8 +319,10 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
             await asyncio.sleep(0.2)
 
 
-async def _finish(backend: Backend, claim: Claim) -> None:
+async def _finish(deps: RunnerDeps, claim: Claim) -> None:
+    backend = deps.backend
     await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
+    await after_end(backend, claim.run_id)  # before the ack: a lost worker's is taken again
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
@@ -362,7 +388,8 @@ def loop_config(record: RunRecord, model_id: str) -> LoopConfig:
     """The loop's settings from the create body (API.md names and defaults)."""
     req = record.request
     opt = {k: req[k] for k in ("system", "reset_tool_choice", "parallel_tool_calls",
-                               "steering_mode", "follow_up_mode", "temperature", "max_tokens")
+                               "steering_mode", "follow_up_mode", "temperature", "max_tokens",
+                               "max_total_tokens")
            if req.get(k) is not None}
     return LoopConfig(model=model_id, model_label=str(req.get("model") or record.model),
                       tool_choice=tool_choice(req.get("tool_choice")),

@@ -59,6 +59,7 @@ from app.store.errors import BackendError, FencedOut, RunEnded
 from app.store.records import EventBatch
 from app.telemetry import metrics
 from app.telemetry.metrics import RunTimings
+from app.telemetry.trace_seam import Trace
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,10 +86,13 @@ class EventSink:
     """Buffers one run's events and writes them in order (see the module docstring)."""
 
     def __init__(self, backend: Backend, run_id: str, attempt: int, *,
-                 flush_interval: float = 0.0, timings: RunTimings | None = None) -> None:
+                 flush_interval: float = 0.0, timings: RunTimings | None = None,
+                 trace: Trace | None = None) -> None:
         self.backend = backend
         self.flush_interval = flush_interval
         self.timings = timings
+        self.trace = trace
+        """The attempt's spans (``AGENTLOOP_OTEL``): each event is shown to it."""
         self.run_id = run_id
         self.attempt = attempt
         self._buf: list[tuple[Event, float, bool]] = []
@@ -138,6 +142,8 @@ class EventSink:
         self._buf.append((event, t, checkpoint))
         if self.timings is not None:
             self.timings.observe(event, t)
+        if self.trace is not None:
+            self.trace.observe(event, t)
         self._kick()
 
     def ack(self, kind: QueueKind, items: list[QueuedMessage]) -> None:
@@ -358,7 +364,7 @@ def _appends_soon(backend: Backend) -> TypeGuard[AppendsSoon]:
 
 
 STATUS = {"stop": "completed", "max_iterations": "completed", "error": "failed",
-          "output_invalid": "failed", "aborted": "cancelled"}
+          "output_invalid": "failed", "aborted": "cancelled", "budget": "completed"}
 """A run's final status by the ``stop_reason`` of its ``agent_end``."""
 
 

@@ -82,9 +82,11 @@ def fake_resolver(fake: FakeProvider) -> Callable[[str], tuple[FakeProvider, str
 
 @asynccontextmanager
 async def serve(*, backend: Any = None, worker: bool = True, api_key: str | None = None,
-                wrap: Callable[[Any], Any] | None = None, **overrides: Any) -> AsyncIterator[Api]:
-    """The app under uvicorn; ``wrap`` puts ASGI middleware of the test's own around it."""
-    fake = FakeProvider()
+                wrap: Callable[[Any], Any] | None = None, fake: FakeProvider | None = None,
+                **overrides: Any) -> AsyncIterator[Api]:
+    """The app under uvicorn; ``wrap`` puts ASGI middleware of the test's own around it;
+    ``fake``: a provider scripted before the worker starts (one resuming a stored run)."""
+    fake = fake or FakeProvider()
     store = backend if backend is not None else MemoryBackend(lease=5.0)
     app = create_app(make_settings(**overrides), backend=store,
                      resolve_provider=fake_resolver(fake), worker=worker)

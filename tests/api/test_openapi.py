@@ -41,7 +41,8 @@ OPERATIONS = {
     ("get", "/agents/{name}"): "getAgent", ("put", "/agents/{name}"): "putAgent",
     ("delete", "/agents/{name}"): "deleteAgent",
     ("get", "/agents/{name}/versions"): "listAgentVersions",
-    ("post", "/client_tokens"): "createClientToken",
+    ("post", "/client_tokens"): "createClientToken", ("get", "/usage"): "getUsage",
+    ("get", "/runs/{run_id}/webhooks"): "listRunWebhooks",
 }
 NAMED = ["Event", "Message", "UserMessage", "AssistantMessage", "ToolResultMessage",
          "UserContent", "AssistantContent", "TextContent", "ImageContent", "ThinkingContent",
@@ -102,7 +103,7 @@ async def test_types_formats_and_enums(api_no_worker: Api) -> None:
     assert schema_of(doc, "RunStatus")["enum"] == ["queued", "running", "requires_action",
                                                    "completed", "failed", "cancelled"]
     assert schema_of(doc, "RunStopReason")["enum"] == ["stop", "max_iterations", "error",
-                                                       "aborted", "output_invalid"]
+                                                       "aborted", "output_invalid", "budget"]
     assert run["usage"] == {"$ref": "#/components/schemas/Usage"}
     status = next(p for p in doc["paths"]["/runs"]["get"]["parameters"] if p["name"] == "status")
     assert status["schema"] == {"$ref": "#/components/schemas/RunStatus"}

@@ -13,14 +13,16 @@ import httpx
 
 async def start_serve(port: int, cwd: Path, *, stdout: int | None = asyncio.subprocess.DEVNULL,
                       stderr: int | None = asyncio.subprocess.DEVNULL,
+                      args: tuple[str, ...] = (),
                       **settings: str) -> asyncio.subprocess.Process:
     """Start it on ``port`` with only the given ``AGENTLOOP_*`` settings from the environment
-    (the others dropped, so the developer's own cannot leak in)."""
+    (the others dropped, so the developer's own cannot leak in); ``args``: more of its
+    options (``--no-worker``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")}
     env.update(settings)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), cwd=cwd, env=env,
-        stdout=stdout, stderr=stderr)
+        sys.executable, "-m", "app.process.cli", "serve", "--port", str(port), *args, cwd=cwd,
+        env=env, stdout=stdout, stderr=stderr)
 
 
 async def until_up(client: httpx.AsyncClient, proc: asyncio.subprocess.Process,

@@ -51,8 +51,9 @@ SUPERSEDED = {"agentloop": {"superseded": True}}
 """``providerMetadata`` of a text or reasoning part a lost worker streamed and the resumed
 attempt did not repeat (``app.dialects.takeover``): a UI may hide it."""
 _CUT_OFF = "the worker stopped before the call was complete"
-_FINISH = {"stop": "stop", "error": "error", "output_invalid": "error"}
-"""Our stop reasons the SDK names; ``max_iterations`` (the round cap) is ``other``."""
+_FINISH = {"stop": "stop", "error": "error", "output_invalid": "error", "budget": "length"}
+"""Our stop reasons the SDK names (``budget``, the run's token budget spent, is ``length``);
+``max_iterations`` (the round cap) is ``other``."""
 
 
 def chunk_frame(seq: int, chunk: dict[str, Any]) -> bytes:

@@ -109,6 +109,16 @@ class MemoryCore:
         self._threads: dict[str, ThreadState] = {}
         self._counters: dict[str, tuple[float, int]] = {}
         self._agents: dict[tuple[str, str], list[AgentRecord]] = {}
+        self._q_active: dict[tuple[str, str | None], dict[str, float]] = {}
+        """(tenant, subject or None) → its active runs and when each was admitted."""
+        self._q_rate: dict[tuple[str, str | None], dict[str, float]] = {}
+        self._q_usage: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
+        """(tenant, day) → (dimension, value, metric) → count."""
+        self._q_accrued: dict[str, set[tuple[str, str]]] = {}
+        """day → (tenant, run_id) counted that day (the last two days kept, as on Redis)."""
+        self._webhooks: dict[str, dict[str, bytes]] = {}
+        """run_id → its webhook deliveries (encoded), by id."""
+        self._webhooks_due: dict[tuple[str, str], float] = {}
         """(tenant, name) → the agent's versions, oldest first."""
         """key → (when its window ends, hits in it)."""
         self.feeds = LiveFeeds()
@@ -128,6 +138,7 @@ class MemoryCore:
         self._cancelled.discard(run_id)
         self._cancel_events.pop(run_id, None)
         self._parked.pop(run_id, None)
+        self._webhooks.pop(run_id, None)  # its outbox goes with it, as on Redis
 
     def _must(self, run_id: str) -> RunRecord:
         record = self._record(run_id)

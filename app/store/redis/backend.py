@@ -25,10 +25,12 @@ from app.store.redis.agents import RedisAgents
 from app.store.redis.dispatch import RedisDispatch
 from app.store.redis.parking import RedisParking
 from app.store.redis.queues import RedisQueues
+from app.store.redis.quotas import RedisQuotas
 from app.store.redis.runs import RedisRuns
 from app.store.redis.threads import RedisThreads
+from app.store.redis.webhooks import RedisWebhooks
 
 
 class RedisBackend(RedisThreads, RedisParking, RedisQueues, RedisDispatch, RedisAgents,
-                   RedisRuns):
+                   RedisQuotas, RedisWebhooks, RedisRuns):
     """The Redis ``Backend`` (``RedisCore`` has its settings)."""

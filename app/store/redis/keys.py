@@ -27,6 +27,15 @@ idempotency keys) are touched by separate commands, never inside a per-run scrip
     al:tenant:<tenant>:runs     zset    run ids scored by created_at (listing, newest first)
     al:tenant:<tenant>:threads  zset    thread ids scored by created_at
     al:idem:<tenant>:<key>      string  ``<body hash>|<run id>``
+    al:{quota:<t>}:active[:s:<subject>]  zset  the tenant's (an end user's) active runs, scored
+                                        by when each was admitted (ms)
+    al:{quota:<t>}:rate[:s:<subject>]    zset  runs admitted in the last minute, by time (ms)
+    al:{quota:<t>}:usage:<day>  hash    ``<dimension>\x1f<value>\x1f<metric>`` → count (a UTC
+                                        day's usage: ``app.store.quota_records``)
+    al:{quota:<t>}:accrued:<day> set    runs whose usage that day holds (counted once)
+    al:{<run>}:webhooks         hash    the run's webhook deliveries: id → JSON (attempts with them)
+    al:webhooks:due             zset    ``<run id> <delivery id>`` by when it is due (a claim
+                                        moves it a lease ahead)
     al:jobs                     stream  one entry per dispatch; consumer group ``workers``
     al:{workers}:<name>         string  present while the worker lives (PX lease, renewed by
                                         its heartbeat); its pending jobs are taken once it lapses.
@@ -48,6 +57,7 @@ JOBS_STREAM = "al:jobs"
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
 PARKED_INDEX = "al:parked"
+WEBHOOKS_DUE = "al:webhooks:due"
 
 
 def _prefix(run_id: str) -> str:
@@ -172,3 +182,29 @@ def agents_key(tenant: str) -> str:
 def agent_versions_key(tenant: str, name: str) -> str:
     """One agent's versions, oldest first: ``<created_at>\\t<definition JSON>``."""
     return f"al:{{agents:{tenant}}}:agent:{name}"
+
+
+def quota_active_key(tenant: str, subject: str | None) -> str:
+    """The active runs of a tenant, or of one of its end users (the tenant's quota slot)."""
+    return f"al:{{quota:{tenant}}}:active" + ("" if subject is None else f":s:{subject}")
+
+
+def quota_rate_key(tenant: str, subject: str | None) -> str:
+    """The runs admitted in the last minute (``runs_per_minute``)."""
+    return f"al:{{quota:{tenant}}}:rate" + ("" if subject is None else f":s:{subject}")
+
+
+def usage_key(tenant: str, day: str) -> str:
+    """One UTC day's usage totals of a tenant (in its quota slot: ``tokens_per_day`` reads it
+    in the admission script)."""
+    return f"al:{{quota:{tenant}}}:usage:{day}"
+
+
+def accrued_key(tenant: str, day: str) -> str:
+    """The runs whose usage is counted in ``usage_key(tenant, day)``."""
+    return f"al:{{quota:{tenant}}}:accrued:{day}"
+
+
+def webhooks_key(run_id: str) -> str:
+    """The run's webhook deliveries (in the run's slot, expiring with it)."""
+    return _prefix(run_id) + "webhooks"

@@ -311,3 +311,61 @@ local version = redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[1], version)
 return version
 """
+
+# -- quotas and usage (app.store.redis.quotas) ---------------------------------------------------
+
+# KEYS usage (the day's totals), then per scope: active, rate. ARGV now (ms), run id, then per
+# scope: max_active_runs, runs_per_minute, tokens_per_day (-1: no limit), its tokens field.
+# Returns {} when admitted (the run added to every set whose limit is set), else {scope index
+# (0-based), limit, ms until the limit may admit again (-1: unknown)}.
+ADMIT = """
+local now, run = tonumber(ARGV[1]), ARGV[2]
+local scopes = (#KEYS - 1) / 2
+for i = 0, scopes - 1 do
+  local active, rate = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
+  local most, per_min = tonumber(ARGV[3 + 4 * i]), tonumber(ARGV[4 + 4 * i])
+  local per_day, field = tonumber(ARGV[5 + 4 * i]), ARGV[6 + 4 * i]
+  if most >= 0 and redis.call('ZCARD', active) >= most then
+    return {i, 'max_active_runs', -1}
+  end
+  if per_min >= 0 then
+    redis.call('ZREMRANGEBYSCORE', rate, '-inf', now - 60000)
+    if redis.call('ZCARD', rate) >= per_min then
+      local oldest = redis.call('ZRANGE', rate, 0, 0, 'WITHSCORES')
+      local wait = 60000
+      if oldest[2] then wait = tonumber(oldest[2]) + 60000 - now end
+      return {i, 'runs_per_minute', wait}
+    end
+  end
+  if per_day >= 0 and tonumber(redis.call('HGET', KEYS[1], field) or '0') >= per_day then
+    return {i, 'tokens_per_day', -1}
+  end
+end
+for i = 0, scopes - 1 do
+  if tonumber(ARGV[3 + 4 * i]) >= 0 then redis.call('ZADD', KEYS[2 + 2 * i], now, run) end
+  if tonumber(ARGV[4 + 4 * i]) >= 0 then
+    redis.call('ZADD', KEYS[3 + 2 * i], now, run)
+    redis.call('PEXPIRE', KEYS[3 + 2 * i], 61000)
+  end
+end
+return {}
+"""
+
+# KEYS usage, accrued. ARGV run id, TTL (s), then field, count pairs. Returns 1 when counted,
+# 0 when the run was counted already.
+ACCRUE = """
+if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], 172800)
+return 1
+"""
+
+# -- the webhook outbox (app.store.redis.webhooks) -----------------------------------------------
+
+# KEYS due. ARGV now, lease end, limit. Returns the due members, each moved to the lease's end.
+CLAIM_WEBHOOKS = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[3])
+for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], member) end
+return due
+"""
