@@ -27,6 +27,7 @@ from pathlib import Path
 
 from app.store.contract import Backend
 from app.store.errors import BackendError
+from app.worker.cancelling import raise_if_cancelling
 from app.worker.thread_runs import workspace_gone
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ async def run_janitor(backend: Backend, root: Path, *, every: float,
         try:
             await sweep(backend, root, keep=keep)
         except BackendError as exc:
+            raise_if_cancelling()
             log.warning("workspace sweep skipped: backend unavailable (%s)", exc)
         except OSError as exc:
             log.warning("workspace sweep failed: %s", exc)

@@ -36,6 +36,7 @@ from app.engine.loop_config import ResolveProvider
 from app.store import Backend
 from app.store.errors import BackendError
 from app.store.records import Claim
+from app.worker.cancelling import raise_if_cancelling
 from app.worker.expiry import wake_expired
 from app.worker.runner import RunnerDeps, run_claim
 from tool_registry import Registry, default_registry
@@ -156,6 +157,7 @@ class Worker:
             try:
                 await self.backend.heartbeat(self.name)
             except BackendError as exc:
+                raise_if_cancelling()  # the shutdown that cancelled this waits for it
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
             await asyncio.sleep(self.heartbeat)
 

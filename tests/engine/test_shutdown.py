@@ -8,6 +8,8 @@ import asyncio
 
 from app.engine.queues import QueuedMessage
 from app.store import Backend
+from app.store.errors import BackendError
+from app.worker.worker import Worker
 from providers.fake import FakeProvider
 from providers.messages import UserMessage
 from tests.engine import scripted
@@ -41,3 +43,35 @@ async def test_stop_hands_the_run_to_the_next_worker(backend: Backend) -> None:
     users = [e["message"]["content"] for e in log
              if e["type"] == "message_end" and e["message"]["role"] == "user"]
     assert users == ["hi", "later"]
+
+
+class _SwallowingHeartbeat:
+    """A store whose heartbeat call turns a cancel into its own error (as a timeout inside
+    a client can when both fire together); everything else is the real backend's."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.beating = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def heartbeat(self, worker: str) -> None:
+        self.beating.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise BackendError("heartbeat interrupted") from None
+
+
+async def test_a_cancel_swallowed_by_a_store_call_still_stops_the_worker(
+        backend: Backend) -> None:
+    """Before: the heartbeat loop logged the error and beat on, and the stopping worker
+    waited for it for ever (a hung shutdown, seen as a hung test teardown under load)."""
+    store = _SwallowingHeartbeat(backend)
+    stop = asyncio.Event()
+    task = asyncio.create_task(Worker(store, scripted.resolver([]),  # type: ignore[arg-type]
+                                      lease=30.0, heartbeat=0.05).run(stop))
+    await asyncio.wait_for(store.beating.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(task, 10)

@@ -75,6 +75,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("post", "/runs/{run_id}/approvals"): "404", ("post", "/runs/{run_id}/tool_results"): "404",
     ("get", "/threads/{thread_id}"): "404", ("delete", "/threads/{thread_id}"): "404",
     ("post", "/threads/{thread_id}/runs"): "404", ("get", "/threads/{thread_id}/events"): "404",
+    ("get", "/runs/{run_id}/webhooks"): "404",
     # a toolkit's chat id names the caller's own chat: B's "chat-a" is not A's
     ("get", "/ai-sdk/chat/{chat_id}/stream"): "own", ("get", "/ag-ui/threads/{thread_id}/stream"):
         "own", ("get", "/ai-sdk/chat/{chat_id}/messages"): "own",
@@ -86,6 +87,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("post", "/agents"): "403", ("get", "/agents"): "403", ("get", "/agents/{name}"): "403",
     ("put", "/agents/{name}"): "403", ("delete", "/agents/{name}"): "403",
     ("get", "/agents/{name}/versions"): "403", ("post", "/client_tokens"): "403",
+    ("get", "/usage"): "403",
     # nothing of anyone's
     ("get", "/tools"): "open", ("get", "/healthz"): "open", ("get", "/readyz"): "open",
     ("get", "/metrics"): "open",
