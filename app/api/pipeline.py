@@ -216,6 +216,7 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
     digest = request_hash({"tenant": tenant, "body": request.digest_of})
     admission = await quotas.admit(svc, request.principal, record.id)
+    quotas.mark(record, admission)
     try:
         record, created = await svc.backend.create_run(record, idempotency_key=key,
                                                        request_hash=digest,
@@ -240,6 +241,7 @@ async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -
         raise thread_not_found(thread_id)
     post = _thread_post(request, thread_id, run)
     admission = await quotas.admit(svc, request.principal, post.candidate.id)
+    quotas.mark(post.candidate, admission)
     try:
         outcome = await _post_step(svc, request, thread_id, post)
     except BaseException:

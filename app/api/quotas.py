@@ -29,8 +29,8 @@ from app.api.auth import Principal
 from app.api.errors import ApiError
 from app.api.services import Services
 from app.config import Limits
-from app.store.quota_records import QuotaScope, Refusal
-from app.store.records import TERMINAL
+from app.store.quota_records import ADMITTED, QuotaScope, Refusal
+from app.store.records import TERMINAL, RunRecord
 from app.telemetry import metrics
 
 GRACE = 60.0
@@ -73,6 +73,13 @@ async def admit(svc: Services, who: Principal, run_id: str) -> Admission | None:
         metrics.QUOTA_REFUSALS.labels(refused.limit).inc()
         raise quota_exceeded(who.tenant, refused, scopes)
     return Admission(who.tenant, who.subject, run_id)
+
+
+def mark(record: RunRecord, admission: Admission | None) -> None:
+    """Record on the run that it holds an active slot, so that its end gives one back (a run
+    under no limit costs its end no store call)."""
+    if admission is not None:
+        record.request[ADMITTED] = True
 
 
 async def release(svc: Services, admission: Admission | None) -> None:

@@ -73,3 +73,8 @@ def lines_of(day: str, totals: Mapping[tuple[str, str, str], int]) -> list[Usage
                       runs=m.get("runs", 0), input=m.get("input", 0),
                       output=m.get("output", 0), cached=m.get("cached", 0))
             for (dim, value), m in sorted(rows.items())]
+
+
+ADMITTED = "quota_admitted"
+"""The key, in a run's stored request, that says it holds an active slot (``app.api.quotas``):
+its end gives the slot back; a run under no limit has none to give."""

@@ -1,10 +1,10 @@
 """What follows a run's end, once its final fields are stored: its quota slot is given back
-(``app.api.quotas``), its usage counted for the day (``QuotaStore.accrue_usage``, once per run
-however many attempts get here) and in ``agentloop_tokens_total``, and its webhook queued
-(``app.worker.webhooks``). Every runner path that ends a run gets here through
-``runner._finish``, before the run's job is acknowledged: a worker lost between the end and
-these steps leaves the job to another, whose attempt finds the run ended and takes them again
-(each is idempotent), so no step is lost."""
+(``app.api.quotas``; only a run admitted under a limit holds one), its usage counted for the
+day (``QuotaStore.accrue_usage``, once per run however many attempts get here) and in
+``agentloop_tokens_total``, and its webhook queued (``app.worker.webhooks``). Every runner path
+that ends a run gets here through ``runner._finish``, before the run's job is acknowledged: a
+worker lost between the end and these steps leaves the job to another, whose attempt finds the
+run ended and takes them again (each is idempotent), so no step is lost."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import logging
 
 from app.store.contract import Backend
 from app.store.errors import BackendError
-from app.store.quota_records import Dimension, utc_day
+from app.store.quota_records import ADMITTED, Dimension, utc_day
 from app.store.records import TERMINAL, RunRecord, now
 from app.telemetry import metrics
 from app.worker.sink import retrying
@@ -27,7 +27,8 @@ async def after_end(backend: Backend, run_id: str) -> RunRecord | None:
         record = await retrying(lambda: backend.get_run(run_id))
         if record is None or record.status not in TERMINAL:
             return None
-        await retrying(lambda: backend.release_active(record.tenant, record.owner, run_id))
+        if record.request.get(ADMITTED):
+            await retrying(lambda: backend.release_active(record.tenant, record.owner, run_id))
         await account(backend, record)
         await queue_webhook(backend, record, record.status)
         return record

@@ -38,8 +38,15 @@ async def test_active_runs_are_limited_at_every_door_until_one_ends(ops: Api) ->
     await ops.create(input="two")
     for door in ("runs", "thread", "ai_sdk", "ag_ui"):
         refused(await post(ops, door, f"chat-{door}"), "max_active_runs")
+    async def active() -> set[str]:
+        return {r for r, _ in await ops.call(ops.backend.active_runs("t", None))}
+
+    assert first["id"] in await active()
     await ops.client.post(f"/runs/{first['id']}/cancel")
     await ops.wait_status(first["id"], "cancelled")
+    async with asyncio.timeout(30):  # given back by its worker, not found by the next request
+        while first["id"] in await active():
+            await asyncio.sleep(0.02)
     third = await ops.create(input="three")  # the cancelled run's slot was given back
     refused(await post(ops, "runs", "x"), "max_active_runs")
     assert third["status"] in ("queued", "running")
