@@ -1,7 +1,9 @@
-"""A cancel that a store call swallowed: a ``BackendError`` can come out of a call that a
-cancel interrupted (a timeout inside the client firing with it), and a loop that logs the
-error and goes round again would never end; the task that cancelled it then waits for ever.
-Loops that catch store errors call ``raise_if_cancelling`` in their handler."""
+"""A cancel that a store call swallowed. A cancel that lands in a Redis call while the
+client's own socket timeout fires comes out as that timeout, which the client retries (the call
+then returns as if nothing happened) or maps to a ``BackendError``; a loop that goes round again
+never ends, and the task that cancelled it waits for ever (a worker's shutdown hung so, on its
+heartbeat). Background loops call ``raise_if_cancelling`` after each store call. (Not for code
+that runs after catching its own cancel, a runner's hand-back: it is ``cancelling`` on purpose.)"""
 
 from __future__ import annotations
 

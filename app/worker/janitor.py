@@ -70,8 +70,8 @@ async def run_janitor(backend: Backend, root: Path, *, every: float,
         try:
             await sweep(backend, root, keep=keep)
         except BackendError as exc:
-            raise_if_cancelling()
             log.warning("workspace sweep skipped: backend unavailable (%s)", exc)
         except OSError as exc:
             log.warning("workspace sweep failed: %s", exc)
+        raise_if_cancelling()
         await asyncio.sleep(every)

@@ -157,8 +157,8 @@ class Worker:
             try:
                 await self.backend.heartbeat(self.name)
             except BackendError as exc:
-                raise_if_cancelling()  # the shutdown that cancelled this waits for it
                 log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
+            raise_if_cancelling()  # swallowed by the call: the shutdown waits for this task
             await asyncio.sleep(self.heartbeat)
 
     async def _shutdown_on(self, stop: asyncio.Event) -> None:
