@@ -104,6 +104,12 @@ class Registry:
             self._toolsets.setdefault(ts, set()).add(t.name)
         return t
 
+    def unregister(self, name: str) -> None:
+        """Remove a tool (and its toolset memberships); nothing if it is not registered."""
+        self.tools.pop(name, None)
+        for members in self._toolsets.values():
+            members.discard(name)
+
     def define_toolset(self, name: str, includes: Iterable[str]) -> None:
         """A named group of tools and/or other toolsets (extends an existing one)."""
         if name in ("full", "none"):

@@ -19,6 +19,7 @@ from app.store.contract import Backend
 from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
 from tool_registry import ToolModuleError, import_tool_modules
+from tool_registry.mcp import McpConfigError, McpServerConfig, parse_servers
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,16 @@ def check_tool_modules(settings: Settings) -> None:
     except ToolModuleError as exc:
         raise SystemExit(f"agentloop: {exc}") from None
     agents_of(settings)
+    mcp_configs(settings)
+
+
+def mcp_configs(settings: Settings) -> dict[str, McpServerConfig]:
+    """The servers of ``AGENTLOOP_MCP_SERVERS``; exit with one line naming the server and
+    field for a declaration that cannot be used."""
+    try:
+        return parse_servers(settings.mcp_server_map())
+    except McpConfigError as exc:
+        raise SystemExit(f"agentloop: AGENTLOOP_MCP_SERVERS: {exc}") from None
 
 def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
     """``Worker`` settings from the configuration (embedded worker and ``agentloop worker``)."""
