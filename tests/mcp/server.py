@@ -61,8 +61,9 @@ async def slow(steps: int, ctx: Context) -> str:  # type: ignore[type-arg]
 
 
 @server.tool()
-async def hang(key: str) -> str:
-    """Runs until cancelled."""
+async def hang(key: str, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Runs until cancelled (reporting progress once, when it starts)."""
+    await ctx.report_progress(0, None, "started")
     try:
         await asyncio.sleep(3600)
     except asyncio.CancelledError:

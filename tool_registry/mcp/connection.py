@@ -55,10 +55,17 @@ CANCEL_TIMEOUT = 2.0
 """Seconds spent sending ``notifications/cancelled`` for a cancelled call."""
 OnTools = Callable[[list[types.Tool]], None]
 Streams = tuple[Any, Any]
+SESSION_TERMINATED = 32600
+"""The error the SDK's streamable HTTP client reports for a 404 on its session (sic: not
+the negative JSON-RPC code)."""
 
 
 class McpUnavailable(RuntimeError):
     """No session with the server (it cannot be reached, or the link was lost mid-call)."""
+
+
+class _SessionGone(Exception):
+    """The server answered 404 for the session: it restarted and forgot it."""
 
 
 @dataclass(slots=True)
@@ -102,7 +109,16 @@ class McpConnection:
     async def call(self, name: str, args: dict[str, Any],
                    progress: ProgressFnT | None = None) -> types.CallToolResult:
         """``tools/call``; ``McpError`` for a protocol error, ``McpUnavailable`` when the link
-        is lost on the way. A cancel of the caller cancels the request at the server too."""
+        is lost on the way. A cancel of the caller cancels the request at the server too.
+        A session the server no longer knows (it restarted while idle) is replaced and the
+        call sent again: the server never ran it."""
+        try:
+            return await self._call(name, args, progress)
+        except _SessionGone:
+            return await self._call(name, args, progress)
+
+    async def _call(self, name: str, args: dict[str, Any],
+                    progress: ProgressFnT | None) -> types.CallToolResult:
         session, link = await self._session()
         request_id = session._request_id  # the SDK numbers requests in order: this call's id
         call = asyncio.ensure_future(session.call_tool(name, args, progress_callback=progress))
@@ -129,6 +145,10 @@ class McpConnection:
         try:
             return call.result()
         except McpError as exc:
+            if exc.error.code == SESSION_TERMINATED:
+                link.broken = True
+                self._wake.set()
+                raise _SessionGone from exc
             if exc.error.code == CONNECTION_CLOSED:  # the stream ended: so does the link
                 link.broken = True
                 self._wake.set()
@@ -150,7 +170,7 @@ class McpConnection:
 
     async def _session(self) -> tuple[ClientSession, _Link]:
         link = self._link
-        if link is None or link.lost.is_set():
+        if link is None or link.lost.is_set() or link.broken:
             if self._closing:
                 raise McpUnavailable(f"MCP server {self.config.name!r}: the service is stopping")
             link = self._link = _Link()

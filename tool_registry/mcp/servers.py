@@ -19,6 +19,7 @@ from mcp import types
 from tool_registry.mcp.config import McpServerConfig
 from tool_registry.mcp.connection import McpConnection, McpUnavailable
 from tool_registry.mcp.tools import McpTool, toolset_name
+from tool_registry.policy import SEARCH_TOOL
 from tool_registry.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class McpServers:
         self._names: dict[str, list[str]] = {}
         self._retries: list[asyncio.Task[None]] = []
         for name, config in configs.items():
-            registry.define_toolset(toolset_name(name), ())
+            # a deferred server's toolset brings the tool that loads its tools
+            registry.define_toolset(toolset_name(name), [SEARCH_TOOL] if config.defer else [])
             self.connections[name] = McpConnection(config, env=env,
                                                    on_tools=self._listener(config))
 
