@@ -164,7 +164,8 @@ def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
             "disabled_tools": cfg.disabled_tool_list(), "env": env,
             "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
             "flush_interval": cfg.event_flush_ms / 1000, "run_timeout": cfg.run_timeout,
-            "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts}
+            "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts,
+            "fetch_allow_private": cfg.fetch_allow_private}
 
 def provider_client(settings: Settings, env: dict[str, str]) -> httpx.AsyncClient:
     """The one client every provider shares, routed per URL (``providers._routing``): the lean

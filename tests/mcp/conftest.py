@@ -3,7 +3,7 @@ the real app on each backend, its model scripted (``FakeProvider``).
 
 One HTTP server process serves the session (streamable HTTP at ``/mcp``, SSE at ``/sse``);
 a second one (``mortal``) is killed and started again by the test of a server that dies; the
-stdio server is the app's own child. One app per backend serves each module, with every
+stdio server is the app's own child. One app per backend serves the package, with every
 server declared once under several names (each name a toolset with its own settings).
 """
 
@@ -37,6 +37,7 @@ __all__ = ["redis_server_url"]
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = [sys.executable, "-m", "tests.mcp.server"]
+ALLOW_URLS = "http://127.0.0.1:*/mcp,https://mcp.example.com/*"
 
 
 @dataclass
@@ -108,11 +109,13 @@ class McpApp:
     backend: Any
 
 
-@pytest.fixture(scope="module", params=["memory", "redis"])
+@pytest.fixture(scope="package", params=["memory", "redis"])
 def mcp_app(request: pytest.FixtureRequest, mcp_http: HttpServer, mortal: HttpServer,
-            monkeypatch_module: pytest.MonkeyPatch) -> Iterator[McpApp]:
-    """The app with the servers of ``servers`` on one backend."""
-    monkeypatch_module.setenv("MCP_TEST_TOKEN", "s3cret")
+            monkeypatch_package: pytest.MonkeyPatch) -> Iterator[McpApp]:
+    """The app with the servers of ``servers`` on one backend; a run may add servers at
+    ``ALLOW_URLS`` (loopback, which the SSRF guard refuses unless a test stands it in for a
+    public address)."""
+    monkeypatch_package.setenv("MCP_TEST_TOKEN", "s3cret")
     if request.param == "redis":
         url = request.getfixturevalue("redis_server_url")
         flush = redis.Redis.from_url(url)
@@ -122,14 +125,15 @@ def mcp_app(request: pytest.FixtureRequest, mcp_http: HttpServer, mortal: HttpSe
     else:
         store = MemoryBackend(lease=5.0)
     fake = FakeProvider()
-    settings = make_settings(mcp_servers=json.dumps(servers(mcp_http.url, mortal.url)))
+    settings = make_settings(mcp_servers=json.dumps(servers(mcp_http.url, mortal.url)),
+                             mcp_allow_urls=ALLOW_URLS)
     app = create_app(settings, backend=store, resolve_provider=fake_resolver(fake))
     with LiveServer(app, startup_timeout=60) as server:
         yield McpApp(request.param, server, fake, store)
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+@pytest.fixture(scope="package")
+def monkeypatch_package() -> Iterator[pytest.MonkeyPatch]:
     with pytest.MonkeyPatch.context() as patch:
         yield patch
 

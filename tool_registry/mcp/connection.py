@@ -82,9 +82,11 @@ class _Link:
 
 
 class McpConnection:
-    """A session with the server ``config`` names; ``on_tools`` gets each listing."""
+    """A session with the server ``config`` names; ``on_tools`` gets each listing. ``env``
+    fills in ``${VAR}`` in header and environment values; None takes them literally (a
+    run's own servers: the process's variables are not theirs to read)."""
 
-    def __init__(self, config: McpServerConfig, *, env: Mapping[str, str],
+    def __init__(self, config: McpServerConfig, *, env: Mapping[str, str] | None,
                  on_tools: OnTools | None = None) -> None:
         self.config = config
         self.tools: list[types.Tool] = []
@@ -243,16 +245,19 @@ class McpConnection:
         except Exception as exc:  # the link is gone: nothing left to cancel
             log.debug("MCP server %s: cancellation not sent: %s", self.config.name, exc)
 
+    def _filled(self, values: dict[str, str]) -> dict[str, str]:
+        return dict(values) if self._env is None else expand(values, self._env)
+
     def _transport(self) -> AbstractAsyncContextManager[Streams]:
         cfg = self.config
         if cfg.kind == "stdio":
             assert cfg.command
-            env = {**get_default_environment(), **expand(cfg.env, self._env)}
+            env = {**get_default_environment(), **self._filled(cfg.env)}
             params = StdioServerParameters(command=cfg.command[0], args=cfg.command[1:],
                                            env=env)
             return _streams(stdio_client(params, errlog=sys.stderr))
         assert cfg.url
-        headers = expand(cfg.headers, self._env)
+        headers = self._filled(cfg.headers)
         if cfg.kind == "sse":
             return _streams(sse_client(cfg.url, headers=headers, timeout=CONNECT_TIMEOUT))
         return _http(cfg.url, headers)
