@@ -5,8 +5,8 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /runs ─────────────┐
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
-    POST /ag-ui ────────────┘   submit()      └ check_mcp_names ─ check_timeout ─
-                                                check_response_format ─ check_mcp_urls ─ input
+    POST /ag-ui ────────────┤   submit()      └ check_mcp_names ─ check_timeout ─
+    POST /mcp tools/call ───┘                   check_response_format ─ check_mcp_urls ─ input
                                                 (attachments against the model) ─▶ create_run
                                                                         │ post_thread_run
     every failure: ApiError naming the field, renamed by the door ◀─────┘ (nothing stored)

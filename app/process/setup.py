@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from app.api.agents import AgentSpec, load_agents_file
+from app.api.agents import AgentSpec, load_agents_file, load_file_mcp_servers
 from app.api.auth.idp import IdpSettings
 from app.config import Settings
 from app.engine.loop_config import ResolveProvider
@@ -148,12 +148,21 @@ def check_tool_modules(settings: Settings) -> None:
 
 
 def mcp_configs(settings: Settings) -> dict[str, McpServerConfig]:
-    """The servers of ``AGENTLOOP_MCP_SERVERS``; exit with one line naming the server and
-    field for a declaration that cannot be used."""
+    """The servers of ``AGENTLOOP_MCP_SERVERS`` and of the agents file's ``mcp_servers``;
+    exit with one line naming the server and field for a declaration that cannot be used
+    (or a name both declare)."""
+    where = "AGENTLOOP_MCP_SERVERS"
     try:
-        return parse_servers(settings.mcp_server_map())
-    except McpConfigError as exc:
-        raise SystemExit(f"agentloop: AGENTLOOP_MCP_SERVERS: {exc}") from None
+        servers = parse_servers(settings.mcp_server_map())
+        if settings.agents_file is not None:
+            where = str(settings.agents_file)
+            from_file = parse_servers(load_file_mcp_servers(settings.agents_file))
+            for name in from_file.keys() & servers.keys():
+                raise McpConfigError(f"{name}: declared in AGENTLOOP_MCP_SERVERS too")
+            servers.update(from_file)
+    except (McpConfigError, ValueError, OSError) as exc:
+        raise SystemExit(f"agentloop: {where}: mcp_servers: {exc}") from None
+    return servers
 
 def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
     """``Worker`` settings from the configuration (embedded worker and ``agentloop worker``)."""
