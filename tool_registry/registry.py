@@ -116,6 +116,11 @@ class Registry:
             raise ValueError(f"toolset {name!r} is built in")
         self._toolsets.setdefault(name, set()).update(includes)
 
+    def drop_toolset(self, name: str) -> None:
+        """Forget a toolset defined with ``define_toolset`` (its tools stay registered)."""
+        if name not in ("full", "none"):
+            self._toolsets.pop(name, None)
+
     def toolset_names(self) -> list[str]:
         """Every toolset name, ``full`` included."""
         return sorted({*self._toolsets, "full"})

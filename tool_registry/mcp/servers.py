@@ -73,6 +73,8 @@ class McpServers:
             for name in names:
                 self.registry.unregister(name)
         self._names.clear()
+        for name in self.connections:
+            self.registry.drop_toolset(toolset_name(name))
 
     async def _retry(self, name: str) -> None:
         while True:
