@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncio
+
 import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from providers.fake import text, tool_calls
+from providers.fake import hanging, text, tool_calls
 from tests.api.conftest import serve
 from tests.mcp.conftest import Client
 
@@ -57,6 +59,25 @@ async def test_a_refused_run_is_an_error_result(mcp: Client) -> None:
     assert unknown.isError and "unknown toolset 'nope'" in unknown.content[0].text  # type: ignore[union-attr]
     assert bad.isError and bad.content[0].text.startswith("temperature:")  # type: ignore[union-attr]
     assert missing.isError and "input" in missing.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_client_that_hangs_up_cancels_the_run(mcp: Client) -> None:
+    mcp.fake.script = [hanging("thinking")]
+    mcp.fake.calls = 0
+
+    async def call() -> None:
+        async with session(mcp.app.server.url) as client:
+            await client.call_tool("run", {"input": "think"})
+
+    task = asyncio.create_task(call())
+    async with asyncio.timeout(30):  # until the model is thinking
+        while mcp.fake.calls == 0:
+            await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [run] = (await mcp.http.get("/runs", params={"limit": 1})).json()["runs"]
+    assert (await mcp.status(run["id"], "cancelled"))["stop_reason"] == "aborted"
 
 
 @pytest.fixture

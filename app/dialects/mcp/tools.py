@@ -7,7 +7,8 @@ through the one pipeline (``app.api.pipeline.submit``: the same checks as every 
 followed through its log: each tool the run calls is a progress notification, and the
 result holds the final answer and the run's id (``structuredContent``: ``run_id``,
 ``status``, ``stop_reason``, ``result``). A refused request is an ``isError`` result naming
-the field; a client that cancels its call cancels the run.
+the field; a client that hangs up mid-call cancels the run (the SDK cancels the handler when
+the response stream closes).
 """
 
 from __future__ import annotations
