@@ -3,11 +3,10 @@ tool, progress notifications, refusals as error results, and the API's auth."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-
-import asyncio
 
 import httpx
 import pytest

@@ -8,9 +8,11 @@ import ipaddress
 
 import pytest
 
+from app.worker.run_servers import open_run_servers
 from providers import safe_fetch
 from providers.fake import text, tool_calls
 from tests.mcp.conftest import Client, HttpServer, text_of
+from tool_registry import Menu
 
 
 def server(url: str, **extra: object) -> dict[str, object]:
@@ -75,3 +77,14 @@ async def test_an_allowed_server_lends_the_run_its_tools(mcp: Client,
     assert (add["source"], add["server"], text_of(add)) == ("mcp", "mine", "3")
     names = [t.name for t in mcp.fake.requests[0].tools]
     assert "mine__add" in names and "mine__hang" not in names
+
+
+async def test_the_worker_checks_the_address_again(mcp_http: HttpServer,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A name may resolve elsewhere by the time a worker connects: refused there too, the
+    server's tools stay off the menu and the run goes on."""
+    menu = Menu()
+    request = {"mcp_servers": [server(f"{mcp_http.url}/mcp")]}
+    servers = await open_run_servers(request, menu, allow_private=False, disabled=())
+    assert servers.connections == [] and menu.tools == {}
+    assert "loopback" in caplog.text
