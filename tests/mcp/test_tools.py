@@ -9,8 +9,10 @@ import itertools
 
 import pytest
 
+from app import runtime
 from providers.fake import text, tool_calls
 from tests.mcp.conftest import Client, text_of
+from tool_registry import function
 from tool_registry.mcp import McpConnection, McpServerConfig
 
 _ids = itertools.count()
@@ -18,6 +20,13 @@ _ids = itertools.count()
 
 def key() -> str:
     return f"k{next(_ids)}"
+
+
+@function(toolsets=["mcp_testing"])
+async def mcp_nested_add() -> str:
+    """Adds in a nested loop through an MCP server's tool (test tool)."""
+    result = await runtime.exec("add 2 and 2", tools=["web__add"])
+    return result.text or ""
 
 
 async def test_tools_listed_with_their_toolsets(mcp: Client) -> None:
@@ -162,3 +171,12 @@ async def test_a_server_that_dies_mid_call_and_comes_back(mcp: Client, mortal) -
     run = await mcp.run(tool_calls(("mortal__pid", {})), text("ok"), toolset="mcp:mortal")
     [end] = await mcp.ends(run["id"])
     assert end["is_error"] is False and int(text_of(end)) == mortal.proc.pid
+
+
+async def test_runtime_exec_in_a_tool_body_calls_mcp_tools(mcp: Client) -> None:
+    run = await mcp.run(tool_calls(("mcp_nested_add", {})),
+                        tool_calls(("web__add", {"a": 2, "b": 2})), text("four"), text("ok"),
+                        tools=["mcp_nested_add"])
+    nested, outer = await mcp.ends(run["id"])
+    assert (nested["depth"], nested["server"], text_of(nested)) == (1, "web", "4")
+    assert (outer["depth"], text_of(outer)) == (0, "four")
