@@ -102,3 +102,15 @@ async def test_the_api_key_is_required_and_agents_are_the_tools(keyed: Any) -> N
     assert summary is not None
     run = (await keyed.client.get(f"/runs/{summary['run_id']}", headers=auth)).json()
     assert run["agent"] == "helper"
+    for name in ("other", "third"):
+        await keyed.client.post("/agents", headers=auth, json={"name": name})
+    minted = await keyed.client.post("/client_tokens", headers=auth,
+                                     json={"subject": "ann", "agents": ["helper", "third"]})
+    assert minted.status_code == 201, minted.text
+    user = {"Authorization": f"Bearer {minted.json()['token']}"}
+    keyed.fake.script, keyed.fake.calls = [text("for ann")], 0
+    async with session(keyed.url, user) as client:  # an end user: the agents it is granted
+        assert sorted(t.name for t in (await client.list_tools()).tools) == ["helper", "third"]
+        refused = await client.call_tool("other", {"input": "hi"})
+        result = await client.call_tool("helper", {"input": "hi"})
+    assert refused.isError and result.content[0].text == "for ann"  # type: ignore[union-attr]
