@@ -62,3 +62,12 @@ def test_servers_from_the_environment_and_the_agents_file(tmp_path: Path) -> Non
 def test_the_setting_must_be_a_json_object() -> None:
     with pytest.raises(ValueError, match="AGENTLOOP_MCP_SERVERS must be a JSON object"):
         settings(mcp_servers="[1]")
+
+
+def test_approval_always_never_or_names() -> None:
+    def server(approval: object) -> McpServerConfig:
+        return McpServerConfig(name="a", url="https://x", approval=approval)  # type: ignore[arg-type]
+
+    assert server("always").needs_approval("read") is True
+    assert server("never").needs_approval("write") is False
+    assert [server(["write"]).needs_approval(t) for t in ("read", "write")] == [False, True]
