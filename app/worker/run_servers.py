@@ -1,7 +1,9 @@
 """A run's own MCP servers (its ``mcp_servers`` option), connected by the worker that drives
 the run: whichever process that is (the embedded worker, ``agentloop worker``) reads them from
-the run's record, checks each URL against the SSRF guard again (a name may resolve elsewhere
-now than when the pipeline checked it), connects, and adds the servers' tools to the run's
+the run's record, connects through the SSRF guard (``GuardedTransport``: every request's host
+resolved and checked again and the request sent to the checked address, so a name that
+resolves elsewhere now than when the pipeline checked it gets nowhere), and adds the servers'
+tools to the run's
 menu under the same gating as any tool (``tools_allow``, ``tools_deny``, the operator's
 disabled tools). The connections last as long as the run's attempt: a parked run connects
 again when it is woken.
@@ -17,9 +19,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import httpx
-
-from providers.safe_fetch import checked_address
+from providers.safe_fetch import GuardedTransport
 from tool_registry import Menu
 from tool_registry.mcp import McpConnection, McpServerConfig, McpTool
 
@@ -59,10 +59,9 @@ async def open_run_servers(request: dict[str, Any], menu: Menu, *, allow_private
 
 
 async def _connect(config: McpServerConfig, allow_private: bool) -> McpConnection | None:
-    assert config.url is not None
-    connection = McpConnection(config, env=None)  # its headers are taken literally
+    connection = McpConnection(  # its headers are taken literally (env None)
+        config, env=None, http_transport=lambda: GuardedTransport(allow_private=allow_private))
     try:
-        await checked_address(httpx.URL(config.url), allow_private=allow_private)
         await connection.connect()
     except Exception as exc:  # refused, unresolvable or unreachable: its tools stay off
         log.warning("run MCP server %s (%s): not connected: %s", config.name, config.url, exc)

@@ -84,11 +84,15 @@ class _Link:
 class McpConnection:
     """A session with the server ``config`` names; ``on_tools`` gets each listing. ``env``
     fills in ``${VAR}`` in header and environment values; None takes them literally (a
-    run's own servers: the process's variables are not theirs to read)."""
+    run's own servers: the process's variables are not theirs to read). ``http_transport``
+    makes the transport of each connect's HTTP client (streamable HTTP; a guarded one for a
+    run's own servers)."""
 
     def __init__(self, config: McpServerConfig, *, env: Mapping[str, str] | None,
-                 on_tools: OnTools | None = None) -> None:
+                 on_tools: OnTools | None = None,
+                 http_transport: Callable[[], httpx.AsyncBaseTransport] | None = None) -> None:
         self.config = config
+        self._http_transport = http_transport
         self.tools: list[types.Tool] = []
         self._env = env
         self._on_tools = on_tools
@@ -260,7 +264,8 @@ class McpConnection:
         headers = self._filled(cfg.headers)
         if cfg.kind == "sse":
             return _streams(sse_client(cfg.url, headers=headers, timeout=CONNECT_TIMEOUT))
-        return _http(cfg.url, headers)
+        transport = self._http_transport() if self._http_transport is not None else None
+        return _http(cfg.url, headers, transport)
 
 
 @asynccontextmanager
@@ -270,9 +275,11 @@ async def _streams(transport: AbstractAsyncContextManager[Any]) -> AsyncIterator
 
 
 @asynccontextmanager
-async def _http(url: str, headers: dict[str, str]) -> AsyncIterator[Streams]:
+async def _http(url: str, headers: dict[str, str],
+                transport: httpx.AsyncBaseTransport | None) -> AsyncIterator[Streams]:
     timeout = httpx.Timeout(CONNECT_TIMEOUT, read=300.0)
-    async with (httpx.AsyncClient(headers=headers, timeout=timeout, trust_env=False) as client,
+    async with (httpx.AsyncClient(headers=headers, timeout=timeout, trust_env=False,
+                                  transport=transport) as client,
                 streamable_http_client(url, http_client=client) as (read, write, _)):
         yield read, write
 
