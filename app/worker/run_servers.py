@@ -53,8 +53,8 @@ async def open_run_servers(request: dict[str, Any], menu: Menu, *, allow_private
     for connection in servers.connections:
         for remote in connection.tools:
             tool = McpTool(connection.config, remote, connection)
-            if _offered(tool.name, request, off):
-                menu.tools[tool.name] = tool
+            if tool.name not in menu.tools and _offered(tool.name, request, off):
+                menu.tools[tool.name] = tool  # a name taken keeps its first tool
     return servers
 
 

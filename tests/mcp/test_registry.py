@@ -51,6 +51,13 @@ async def test_a_new_listing_replaces_the_old_and_closing_forgets_them() -> None
     assert not registry.has_toolset("mcp:srv") and registry.tools == {}
 
 
+async def test_a_name_taken_twice_keeps_the_first() -> None:
+    registry = Registry()
+    servers = declared(registry)
+    servers._sync(servers.connections["srv"].config, listing("a.b", "a_b"))
+    assert [t.remote_name for t in registry.tools.values()] == ["a.b"]  # type: ignore[union-attr]
+
+
 def test_names_providers_take() -> None:
     assert tool_name("gh", "issues.search") == "gh__issues_search"
     assert len(tool_name("s", "x" * 100)) == 64

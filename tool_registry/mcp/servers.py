@@ -93,7 +93,13 @@ class McpServers:
         connection = self.connections[config.name]
         for old in self._names.get(config.name, []):
             self.registry.unregister(old)
-        made = [McpTool(config, tool, connection) for tool in tools]
-        for tool in made:
+        made: dict[str, McpTool] = {}
+        for remote in tools:
+            tool = McpTool(config, remote, connection)
+            if tool.name in made or tool.name in self.registry.tools:
+                log.warning("MCP server %s: tool %r left out: its name %s is taken",
+                            config.name, remote.name, tool.name)
+                continue
+            made[tool.name] = tool
             self.registry.register(tool)
-        self._names[config.name] = [t.name for t in made]
+        self._names[config.name] = list(made)
