@@ -1,5 +1,6 @@
 """A separate worker process (``agentloop worker``) connects to the operator's MCP servers
-itself, and to a run's own servers from the run's record."""
+itself, and to a run's own servers from the run's record; arguments are checked there, and a
+run parked on an MCP tool's approval goes on once answered."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def split(redis_server_url: str, mcp_http: HttpServer) -> Iterator[tuple[str, st
     flush = redis.Redis.from_url(url)
     flush.flushdb()
     flush.close()
-    declared = json.dumps({"web": {"url": f"{mcp_http.url}/mcp", "allowed_tools": ["add"]}})
+    declared = json.dumps({
+        "web": {"url": f"{mcp_http.url}/mcp", "allowed_tools": ["add"]},
+        "guard": {"url": f"{mcp_http.url}/mcp", "allowed_tools": ["add"], "approval": "always"}})
     allow = f"{mcp_http.url}/*"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("AGENTLOOP_")},
            "AGENTLOOP_REDIS_URL": url, "AGENTLOOP_MCP_SERVERS": declared,
@@ -52,11 +55,12 @@ def split(redis_server_url: str, mcp_http: HttpServer) -> Iterator[tuple[str, st
         worker.wait(30)
 
 
-async def finished(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+async def finished(client: httpx.AsyncClient, run_id: str,
+                   *statuses: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60  # the worker process starts meanwhile
     while True:
         run = (await client.get(f"/runs/{run_id}")).json()
-        if run["status"] in ("completed", "failed", "cancelled"):
+        if run["status"] in (statuses or ("completed", "failed", "cancelled")):
             return run  # type: ignore[no-any-return]
         assert time.monotonic() < deadline, run
         await asyncio.sleep(0.05)
@@ -72,7 +76,20 @@ async def test_a_worker_process_connects_to_operator_and_run_servers(
             "input": 'call mine__pid {}', "tools": [],
             "mcp_servers": [{"name": "mine", "url": mcp_url}]})
         assert declared.status_code == own.status_code == 201, own.text
+        invalid = await client.post("/runs", json={
+            "input": 'call web__add {"a": "x", "b": 1}', "toolset": "mcp:web"})
+        guarded = await client.post("/runs", json={
+            "input": 'call guard__add {"a": 1, "b": 2}', "toolset": "mcp:guard"})
         first = await finished(client, declared.json()["id"])
         second = await finished(client, own.json()["id"])
+        third = await finished(client, invalid.json()["id"])
+        parked = await finished(client, guarded.json()["id"], "requires_action")
+        [pending] = parked["pending"]
+        answer = await client.post(f"/runs/{parked['id']}/approvals", json={
+            "tool_call_id": pending["tool_call_id"], "decision": "approve"})
+        assert answer.status_code == 202, answer.text
+        fourth = await finished(client, parked["id"])
     assert (first["status"], first["result"]) == ("completed", "done: 42")
     assert second["status"] == "completed" and second["result"].removeprefix("done: ").isdigit()
+    assert "a: expected integer" in third["result"]
+    assert (pending["tool_name"], fourth["result"]) == ("guard__add", "done: 3")
