@@ -93,7 +93,7 @@ def servers(http: str, mortal: str) -> dict[str, Any]:
     return {
         "web": {"url": f"{http}/mcp", "headers": {"Authorization": "Bearer ${MCP_TEST_TOKEN}"}},
         "legacy": {"url": f"{http}/sse", "transport": "sse", "allowed_tools": ["add", "pid"]},
-        "local": {**stdio, "allowed_tools": ["add", "pid"]},
+        "local": {**stdio, "allowed_tools": ["add", "pid", "hang"]},
         "short": {"url": f"{http}/mcp", "timeout": 0.5, "allowed_tools": ["hang"]},
         "guarded": {"url": f"{http}/mcp", "approval": ["add"], "allowed_tools": ["add", "pid"]},
         "lazy": {"url": f"{http}/mcp", "defer": True, "allowed_tools": ["pid"]},

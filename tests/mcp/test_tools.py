@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 
 import pytest
 
@@ -180,3 +182,19 @@ async def test_runtime_exec_in_a_tool_body_calls_mcp_tools(mcp: Client) -> None:
     nested, outer = await mcp.ends(run["id"])
     assert (nested["depth"], nested["server"], text_of(nested)) == (1, "web", "4")
     assert (outer["depth"], text_of(outer)) == (0, "four")
+
+
+async def test_a_stdio_server_that_dies_mid_call_is_started_again(mcp: Client) -> None:
+    run = await mcp.run(tool_calls(("local__pid", {})), text("ok"), toolset="mcp:local")
+    [end] = await mcp.ends(run["id"])
+    pid = int(text_of(end))
+    run = await mcp.run(tool_calls(("local__hang", {"key": key()})), text("ok"),
+                        toolset="mcp:local")
+    await mcp.until(run["id"], "tool_execution_update")
+    os.kill(pid, signal.SIGKILL)
+    [end] = await mcp.ends(run["id"])
+    assert end["is_error"] is True and "lost the connection to MCP server 'local'" in \
+        text_of(end)
+    run = await mcp.run(tool_calls(("local__pid", {})), text("ok"), toolset="mcp:local")
+    [end] = await mcp.ends(run["id"])
+    assert end["is_error"] is False and int(text_of(end)) not in (pid, 0)
