@@ -124,6 +124,13 @@ class Settings(BaseSettings):
     directory) so their ``@function`` tools register; one that cannot be imported stops the
     service from starting."""
     disabled_tools: str = ""
+    mcp_servers: str = ""
+    """JSON ``{"<name>": {"url" | "command", "transport", "headers", "env", "timeout",
+    "allowed_tools", "approval", "defer"}}``: MCP servers whose tools make toolset
+    ``mcp:<name>`` (docs/mcp.md). Header values may name variables: ``${VAR}``."""
+    mcp_allow_urls: str = ""
+    """Comma-separated URL patterns (``*`` matches anything) a run's own ``mcp_servers`` may
+    connect to; empty: a run may add none. Such URLs pass the SSRF guard too."""
     tool_timeout: float = Field(default=120.0, gt=0)
     max_result_chars: int = Field(default=32_000, ge=100)
     run_timeout: float = Field(default=3600.0, ge=0)
@@ -243,6 +250,13 @@ class Settings(BaseSettings):
             raise ValueError("AGENTLOOP_WEBHOOK_SECRET looks like whsec_<base64>")
         return value
 
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers_are_json(cls, value: str) -> str:
+        if value.strip() and not isinstance(orjson.loads(value), dict):
+            raise ValueError("AGENTLOOP_MCP_SERVERS must be a JSON object")
+        return value
+
     @field_validator("openai_profiles")
     @classmethod
     def _profiles_are_json(cls, value: str) -> str:
@@ -303,6 +317,14 @@ class Settings(BaseSettings):
     def webhook_allow_list(self) -> list[str]:
         """URL prefixes webhooks may target past the SSRF guard."""
         return _split(self.webhook_allow_urls)
+
+    def mcp_server_map(self) -> dict[str, Any]:
+        """The parsed ``mcp_servers`` (name → declaration)."""
+        return orjson.loads(self.mcp_servers) if self.mcp_servers.strip() else {}
+
+    def mcp_allow_url_list(self) -> list[str]:
+        """URL patterns a run's own MCP servers must match."""
+        return _split(self.mcp_allow_urls)
 
     def profile_map(self) -> dict[str, dict[str, Any]]:
         """The parsed ``openai_profiles``."""

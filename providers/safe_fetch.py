@@ -8,6 +8,8 @@ the check except for cloud metadata addresses, which are always refused. The cal
 must use no proxy (``trust_env=False``: a proxy would bypass the check). The body is read up to
 ``max_bytes`` and no further.
 
+``GuardedTransport`` applies the same check and pinning to every request of a client.
+
 Tests stand a loopback server in for a public site by patching this module's
 ``resolve_host`` and ``forbidden_reason`` (``tests/tools/test_web.py``).
 
@@ -131,6 +133,29 @@ def _pinned(url: httpx.URL, ip: IPAddress) -> tuple[httpx.URL, dict[str, str], d
     host_header = url.netloc.decode("ascii")
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     return url.copy_with(host=str(ip)), {"Host": host_header}, extensions
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """A transport that sends every request under the guard: the host resolved and checked
+    (``checked_address``) per request, the request aimed at the checked IP (``Host`` and SNI
+    keep the name). For clients that talk to a URL somebody else chose for longer than one
+    fetch (a run's own MCP server); it follows no redirects itself."""
+
+    def __init__(self, *, allow_private: bool) -> None:
+        self.allow_private = allow_private
+        self._inner = httpx.AsyncHTTPTransport(trust_env=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Check, pin, send."""
+        ip = await checked_address(request.url, allow_private=self.allow_private)
+        target, headers, extensions = _pinned(request.url, ip)
+        request.url = target
+        request.headers.update(headers)
+        request.extensions = {**request.extensions, **extensions}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 @dataclass(frozen=True, slots=True)

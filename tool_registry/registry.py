@@ -104,11 +104,22 @@ class Registry:
             self._toolsets.setdefault(ts, set()).add(t.name)
         return t
 
+    def unregister(self, name: str) -> None:
+        """Remove a tool (and its toolset memberships); nothing if it is not registered."""
+        self.tools.pop(name, None)
+        for members in self._toolsets.values():
+            members.discard(name)
+
     def define_toolset(self, name: str, includes: Iterable[str]) -> None:
         """A named group of tools and/or other toolsets (extends an existing one)."""
         if name in ("full", "none"):
             raise ValueError(f"toolset {name!r} is built in")
         self._toolsets.setdefault(name, set()).update(includes)
+
+    def drop_toolset(self, name: str) -> None:
+        """Forget a toolset defined with ``define_toolset`` (its tools stay registered)."""
+        if name not in ("full", "none"):
+            self._toolsets.pop(name, None)
 
     def toolset_names(self) -> list[str]:
         """Every toolset name, ``full`` included."""

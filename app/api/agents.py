@@ -3,7 +3,8 @@
 An agent is the run options of ``POST /runs`` (``app.api.options``) under a ``name``, with a
 ``description`` and the request fields a caller may still set (``overridable``; the input and a
 thread post's ``multitask`` always, nothing else by default). Agents come from
-``AGENTLOOP_AGENTS_FILE`` (YAML or JSON, ``{"agents": [...]}``: every tenant's, read-only,
+``AGENTLOOP_AGENTS_FILE`` (YAML or JSON, ``{"agents": [...]}``, beside them the MCP servers
+they use, ``"mcp_servers"``, declared as in ``AGENTLOOP_MCP_SERVERS``: every tenant's, read-only,
 version 0) or from the admin API (a tenant's own; every change a new version from 1, kept in
 the store). A run names one with ``agent``; the pipeline (``app.api.pipeline``) then starts
 from the agent's options, lets the request set only what the agent leaves overridable (``403``
@@ -72,15 +73,29 @@ def agent_not_found(name: str, field: str | None = "agent") -> ApiError:
     return ApiError(404, "agent_not_found", f"no agent {name!r}", field)
 
 
-def load_agents_file(path: Path) -> dict[str, AgentSpec]:
-    """The agents of ``AGENTLOOP_AGENTS_FILE`` (YAML, or JSON); ``ValueError`` naming the file
-    and the place of the first problem."""
+def _read(path: Path) -> Any:
     text = path.read_text(encoding="utf-8")
     try:
-        data = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: not {'JSON' if path.suffix == '.json' else 'YAML'}: "
                          f"{exc}") from exc
+
+
+def load_file_mcp_servers(path: Path) -> dict[str, Any]:
+    """The file's ``mcp_servers`` (``{"<name>": {...}}``, as ``AGENTLOOP_MCP_SERVERS``
+    declares them; none when absent); ``ValueError`` for one that is no object."""
+    data = _read(path)
+    servers = data.get("mcp_servers", {}) if isinstance(data, dict) else {}
+    if not isinstance(servers, dict):
+        raise ValueError(f"{path}: mcp_servers: expected an object of servers by name")
+    return servers
+
+
+def load_agents_file(path: Path) -> dict[str, AgentSpec]:
+    """The agents of ``AGENTLOOP_AGENTS_FILE`` (YAML, or JSON); ``ValueError`` naming the file
+    and the place of the first problem."""
+    data = _read(path)
     entries = data.get("agents") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ValueError(f'{path}: expected {{"agents": [...]}}')

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from providers.base import ResponseFormat
+from tool_registry.mcp.config import SERVER_NAME
 
 METADATA_MAX_KEYS = 64
 METADATA_KEY_MAX = 64
@@ -35,6 +36,8 @@ METADATA_VALUE_MAX = 512
 (422 naming ``metadata`` beyond)."""
 CLIENT_TOOLS_MAX = 128
 """Most client tools one request may declare (the providers' own limit on a menu)."""
+MCP_SERVERS_MAX = 8
+"""Most MCP servers one run may add (``mcp_servers``)."""
 NAMES_MAX = 256
 """Most entries in ``tools``, ``tools_allow``, ``tools_deny`` and ``approval``."""
 STATE_MAX_BYTES = 65_536
@@ -142,6 +145,18 @@ class ResponseFormatOption(BaseModel):
                               description=spec.description)
 
 
+class RunMcpServer(BaseModel):
+    """An MCP server a run adds (``mcp_servers``): streamable HTTP at ``url``, which must
+    match one of the operator's ``AGENTLOOP_MCP_ALLOW_URLS`` patterns and pass the SSRF
+    guard. Its tools join the run's menu as ``<name>__<tool>``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=SERVER_NAME, description="prefixes its tools' names")
+    url: str = Field(min_length=1, max_length=2048, description="its streamable HTTP endpoint")
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32, description=(
+        "sent with every request (an Authorization header, say); taken literally"))
+
+
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
 
@@ -192,6 +207,10 @@ class RunOptions(BaseModel):
         default=None, gt=0, strict=True,
         description="seconds a parked run waits; then its unanswered picks are denied")
     client_tools: list[ClientTool] | None = Field(default=None, max_length=CLIENT_TOOLS_MAX)
+    mcp_servers: list[RunMcpServer] | None = Field(
+        default=None, max_length=MCP_SERVERS_MAX, description=(
+            "MCP servers whose tools this run adds to its menu (<name>__<tool>); each url must "
+            "match AGENTLOOP_MCP_ALLOW_URLS and pass the SSRF guard"))
     response_format: ResponseFormatOption | None = Field(default=None, description=(
         "hold the final answer to a JSON Schema: the run's output (Run.output, agent_end."
         "output) is it parsed; one corrective retry, then stop_reason output_invalid"))

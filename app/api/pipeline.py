@@ -5,7 +5,8 @@ posts to the thread, creating the thread where the door asks) in one atomic stor
     POST /runs ─────────────┐
     POST /threads/{id}/runs ┤                 ┌ check_model ─ run_menu (tools, toolset,
     POST /ai-sdk/chat ──────┼─▶ RunRequest ─▶ │ tool_choice, client_tools) ─ check_approval ─
-    POST /ag-ui ────────────┘   submit()      └ check_timeout ─ check_response_format ─ input
+    POST /ag-ui ────────────┤   submit()      └ check_mcp_names ─ check_timeout ─
+    POST /mcp tools/call ───┘                   check_response_format ─ check_mcp_urls ─ input
                                                 (attachments against the model) ─ quotas
                                                 (app.api.quotas: 429 quota_exceeded) ─▶ create_run
                                                                         │ post_thread_run
@@ -41,6 +42,7 @@ from app.api.checks import (
     user_prompts,
 )
 from app.api.errors import ApiError
+from app.api.mcp_checks import check_mcp_names, check_mcp_urls
 from app.api.options import RunOptions
 from app.api.services import Services
 from app.api.trace_context import incoming_traceparent
@@ -116,6 +118,8 @@ async def _submit(svc: Services, request: RunRequest) -> Submitted:
     if agent is not None:
         options = agents.apply(agent, options, request.set_fields)
     model = check_run_options(svc, options)
+    await check_mcp_urls(options, svc.settings.mcp_allow_url_list(),
+                         allow_private=svc.settings.fetch_allow_private)
     run = _Run(options=options, model=model, agent=agent, rules=rules_for(svc, model),
                webhook=options.webhook or svc.settings.tenant_webhook(request.principal.tenant))
     if request.thread_id is None:
@@ -154,6 +158,7 @@ def check_run_options(svc: Services, options: RunOptions) -> str:
     run_menu(options, registry=svc.registry, disabled=svc.settings.disabled_tool_list(),
              env=svc.env)
     check_approval(options, svc.registry)
+    check_mcp_names(options, svc.registry)
     check_timeout(options, svc.settings.run_timeout)
     check_response_format(options)
     check_webhook(options.webhook, secret=svc.settings.webhook_secret,

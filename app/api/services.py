@@ -13,6 +13,7 @@ from app.config import Settings
 from app.engine.loop_config import ResolveProvider
 from app.store.contract import Backend
 from tool_registry import Registry, default_registry
+from tool_registry.mcp import McpServers
 
 
 @dataclass(slots=True)
@@ -32,3 +33,5 @@ class Services:
     janitor: asyncio.Task[None] | None = None
     webhooks: asyncio.Task[None] | None = None
     """The webhook sender (``app.worker.webhooks``) of a worker process."""
+    mcp: McpServers | None = None
+    """The operator's MCP servers (``AGENTLOOP_MCP_SERVERS``), connected for the process."""

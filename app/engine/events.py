@@ -71,6 +71,10 @@ class ToolExecutionStart:
     tool_call_id: str
     tool_name: str
     args: dict[str, Any]
+    source: str | None = None
+    """Where the tool comes from when it is not this service's own (``"mcp"``)."""
+    server: str | None = None
+    """The MCP server of an MCP tool."""
     depth: int = 0
     parent_tool_call_id: str | None = None
 
@@ -81,6 +85,10 @@ class ToolExecutionUpdate:
     tool_call_id: str
     tool_name: str
     partial_result: Any
+    source: str | None = None
+    """Where the tool comes from when it is not this service's own (``"mcp"``)."""
+    server: str | None = None
+    """The MCP server of an MCP tool."""
     depth: int = 0
     parent_tool_call_id: str | None = None
 
@@ -94,6 +102,10 @@ class ToolExecutionEnd:
     tool_name: str
     result: dict[str, Any]
     is_error: bool
+    source: str | None = None
+    """Where the tool comes from when it is not this service's own (``"mcp"``)."""
+    server: str | None = None
+    """The MCP server of an MCP tool."""
     depth: int = 0
     parent_tool_call_id: str | None = None
 
@@ -256,10 +268,11 @@ Event: TypeAlias = LoopEvent | ServiceEvent
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
 OMIT_IF_NONE = frozenset({"signature", "details", "error_message", "parent_tool_call_id",
-                          "output", "id", "data", "url", "mime_type", "name"})
+                          "output", "id", "data", "url", "mime_type", "name", "source",
+                          "server"})
 """Optional fields (API.md's ``field?``) left out when unset instead of sent as ``null`` (an
 attachment's ``data`` or ``url``, an image's ``mime_type``, a document's ``name``; a user
-message's client ``id``, a tool's data ``id``)."""
+message's client ``id``, a tool's data ``id``; a tool event's ``source`` and ``server``)."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

@@ -51,6 +51,7 @@ from app.engine.tool_exec import (
     NestedParked,
     ToolScope,
     current_scope,
+    origin,
     run_tool,
 )
 from providers.base import ForcedTool, ModelRequest, Provider, ToolChoice
@@ -250,11 +251,9 @@ class AgentLoop:
 
     def _budget_spent(self) -> bool:
         cap = self.cfg.max_total_tokens
-        if cap is None:
-            return False
-        spent = sum(m.usage.input_tokens + m.usage.output_tokens for m in self.added
-                    if isinstance(m, AssistantMessage))
-        return spent >= cap
+        return cap is not None and cap <= sum(
+            m.usage.input_tokens + m.usage.output_tokens for m in self.added
+            if isinstance(m, AssistantMessage))
 
     def _cap_reached(self) -> bool:
         cap = self.cfg.max_iterations
@@ -360,8 +359,10 @@ class AgentLoop:
         if call.id in self.restarted:
             self.restarted.discard(call.id)
             return
+        where = origin(self.menu, call.name)
         self.emit(ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                     args=call.arguments))
+                                     args=call.arguments, source=where.source,
+                                     server=where.server))
 
     def _skip(self, call: ToolCall, reason: str) -> ToolResultMessage:
         if call.id in self.restarted and self.cfg.replay is not None:
@@ -373,10 +374,12 @@ class AgentLoop:
     async def _run_one(self, call: ToolCall, invalid_args: str | None) -> ToolResult:
         resuming = call.id in self.restarted  # its body resumes a parked nested loop
         self._start(call)
+        where = origin(self.menu, call.name)
 
         def progress(partial: Any, /) -> None:
             self.emit(ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
-                                          partial_result=partial))
+                                          partial_result=partial, source=where.source,
+                                          server=where.server))
 
         def data(name: str, value: Any, id_: str | None, /) -> None:
             self.emit(ToolData(name=name, data=value, id=id_, tool_call_id=call.id))
@@ -413,9 +416,11 @@ class AgentLoop:
         return deadline.tool_note() if self.abortable.expired and deadline else ABORTED_TOOL
 
     def _finish_call(self, call: ToolCall, result: ToolResult) -> ToolResultMessage:
+        where = origin(self.menu, call.name)
         self.emit(ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
                                    result={"content": result.content, "details": result.details},
-                                   is_error=result.is_error))
+                                   is_error=result.is_error, source=where.source,
+                                   server=where.server))
         msg = ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
                                 content=list(result.content), details=result.details,
                                 is_error=result.is_error)

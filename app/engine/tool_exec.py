@@ -72,6 +72,24 @@ current_scope: contextvars.ContextVar[ToolScope | None] = contextvars.ContextVar
     "agentloop_tool_scope", default=None)
 
 
+@dataclass(slots=True, frozen=True)
+class Origin:
+    """The ``source`` and ``server`` of a tool's events: set for a tool that is not this
+    service's own (an MCP server's: ``tool_registry.mcp``), None otherwise."""
+
+    source: str | None = None
+    server: str | None = None
+
+
+def origin(menu: Menu, name: str) -> Origin:
+    """Where the menu's tool ``name`` comes from."""
+    tool = menu.tools.get(name)
+    source, server = getattr(tool, "source", None), getattr(tool, "server", None)
+    if isinstance(source, str) and isinstance(server, str):
+        return Origin(source, server)
+    return Origin()
+
+
 def cap_content(content: list[TextContent | ImageContent],
                 limit: int) -> list[TextContent | ImageContent]:
     """Cut text longer than ``limit`` characters, keeping head and tail around a marker."""

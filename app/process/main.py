@@ -40,6 +40,8 @@ from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
 from app.dialects.ag_ui import routes as ag_ui
 from app.dialects.ai_sdk import routes as ai_sdk
+from app.dialects.mcp.routes import McpEndpoint
+from app.dialects.mcp.routes import route as mcp_route
 from app.engine.loop_config import ResolveProvider
 from app.process.services import open_services
 from app.process.setup import check_tool_modules
@@ -62,11 +64,12 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                worker: bool = True) -> FastAPI:
     """The app; nothing is started until its lifespan runs."""
     cfg = settings or load_settings()
+    mcp = McpEndpoint()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_services(cfg, backend=backend, resolve_provider=resolve_provider,
-                                 worker=worker) as services:
+                                 worker=worker) as services, mcp.running():
             app.state.services = services
             yield
 
@@ -78,6 +81,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, usage,
                    webhooks, health, ai_sdk, ag_ui):
         app.include_router(module.router)
+    app.router.routes.append(mcp_route(mcp))
     if cfg.playground:
         app.include_router(playground.router)
     app.add_middleware(HeadAsGet, routes=app.routes)

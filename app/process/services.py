@@ -27,6 +27,7 @@ from app.process.setup import (
     idp_settings,
     load_tools,
     make_store,
+    mcp_configs,
     model_resolver,
     probe_sandbox,
     provider_client,
@@ -37,6 +38,8 @@ from app.process.setup import (
 from app.store.contract import Backend
 from app.store.errors import BackendError
 from app.telemetry import metrics
+from tool_registry import default_registry
+from tool_registry.mcp import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,8 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
                         worker: bool = True) -> AsyncIterator[Services]:
     """Build, start and finally close the process's shared resources."""
     env = provider_env()
-    async with provider_client(settings, env) as client:
+    mcp = McpServers(mcp_configs(settings), default_registry, env)
+    async with provider_client(settings, env) as client, mcp:
         store = backend if backend is not None else make_store(settings)
         auth = Authenticator(settings.api_key_map(), secret=settings.stream_token_secret,
                              token_ttl=settings.stream_token_ttl,
@@ -113,7 +117,8 @@ async def open_services(settings: Settings, *, backend: Backend | None = None,
         svc = Services(settings=settings, backend=store, auth=auth,
                        resolve_provider=resolve_provider or model_resolver(settings, env, client),
                        default_model=served_default_model(settings, env), env=env,
-                       client=client, agents=AgentCatalog(store, agents_of(settings)))
+                       client=client, agents=AgentCatalog(store, agents_of(settings)),
+                       registry=mcp.registry, mcp=mcp)
         load_tools(settings)
         check_file_agents(svc)
         install_task_guard(asyncio.get_running_loop())

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from app.api.agents import AgentSpec, load_agents_file
+from app.api.agents import AgentSpec, load_agents_file, load_file_mcp_servers
 from app.api.auth.idp import IdpSettings
 from app.config import Settings
 from app.engine.loop_config import ResolveProvider
@@ -20,6 +20,7 @@ from app.telemetry.trace_seam import Tracing
 from providers._routing import provider_client as routed_client
 from providers.catalog import Catalog, Profile, ProviderSettings, builtin_profiles, default_model
 from tool_registry import ToolModuleError, import_tool_modules
+from tool_registry.mcp import McpConfigError, McpServerConfig, parse_servers
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,25 @@ def check_tool_modules(settings: Settings) -> None:
     except ToolModuleError as exc:
         raise SystemExit(f"agentloop: {exc}") from None
     agents_of(settings)
+    mcp_configs(settings)
+
+
+def mcp_configs(settings: Settings) -> dict[str, McpServerConfig]:
+    """The servers of ``AGENTLOOP_MCP_SERVERS`` and of the agents file's ``mcp_servers``;
+    exit with one line naming the server and field for a declaration that cannot be used
+    (or a name both declare)."""
+    where = "AGENTLOOP_MCP_SERVERS"
+    try:
+        servers = parse_servers(settings.mcp_server_map())
+        if settings.agents_file is not None:
+            where = str(settings.agents_file)
+            from_file = parse_servers(load_file_mcp_servers(settings.agents_file))
+            for name in from_file.keys() & servers.keys():
+                raise McpConfigError(f"{name}: declared in AGENTLOOP_MCP_SERVERS too")
+            servers.update(from_file)
+    except (McpConfigError, ValueError, OSError) as exc:
+        raise SystemExit(f"agentloop: {where}: mcp_servers: {exc}") from None
+    return servers
 
 def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
     """``Worker`` settings from the configuration (embedded worker and ``agentloop worker``)."""
@@ -155,6 +175,7 @@ def worker_options(cfg: Settings, env: dict[str, str]) -> dict[str, Any]:
             "tool_timeout": cfg.tool_timeout, "max_result_chars": cfg.max_result_chars,
             "flush_interval": cfg.event_flush_ms / 1000, "run_timeout": cfg.run_timeout,
             "default_max_tokens": cfg.default_max_tokens, "max_attempts": cfg.max_attempts,
+            "fetch_allow_private": cfg.fetch_allow_private,
             "tracing": run_tracing(cfg)}
 
 

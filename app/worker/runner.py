@@ -35,7 +35,7 @@ from app.engine.resume import LogState, ended_fields, read_log_state
 from app.engine.streaming import Deadline
 from app.store.contract import Backend
 from app.store.errors import BackendError, FencedOut, RunEnded
-from app.store.records import TERMINAL, Claim, RunRecord, now
+from app.store.records import TERMINAL, Claim, ParkedState, RunRecord, now
 from app.telemetry import metrics
 from app.telemetry.logs import bind
 from app.telemetry.metrics import RunTimings
@@ -43,6 +43,7 @@ from app.telemetry.trace_seam import RunSpan, Trace, Tracing
 from app.worker import parking
 from app.worker.attempts import ResumeGate, Verdict, go_live, judge_claim, release_after_first_step
 from app.worker.run_end import after_end
+from app.worker.run_servers import open_run_servers
 from app.worker.run_state import run_state
 from app.worker.sink import STATUS, BackendQueue, EventSink, QueueCloser, retrying
 from app.worker.thread_runs import is_thread_run, settle_thread_of, thread_inputs, thread_workspace
@@ -70,6 +71,8 @@ class RunnerDeps:
     max_result_chars: int = 32_000
     flush_interval: float = 0.0
     """Least seconds between two event writes of one run (see ``run_sink``)."""
+    fetch_allow_private: bool = False
+    """A run's own MCP servers may be at loopback and private addresses."""
     run_timeout: float = 0.0
     """Seconds a run may take from its start (``AGENTLOOP_RUN_TIMEOUT``; 0: no deadline)."""
     default_max_tokens: int = 0
@@ -159,6 +162,18 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         await _end_at_start(deps, claim, sink, str(exc))
         return
+    servers = await open_run_servers(record.request, kwargs["menu"],
+                                     allow_private=deps.fetch_allow_private,
+                                     disabled=deps.disabled_tools)
+    try:
+        await _drive_loop(deps, claim, record, sink, kwargs, woken, verdict)
+    finally:
+        await servers.close()
+
+
+async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink,
+                      kwargs: dict[str, Any], woken: ParkedState | None,
+                      verdict: Verdict | None) -> None:
     await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, record, abort)

@@ -1,0 +1,102 @@
+"""``/mcp``: the endpoint (Streamable HTTP, the SDK's session manager, stateless: every POST
+stands alone, so any API process behind a balancer answers it), behind the API's own auth
+(an API key or an end user's token: 401 before the protocol is spoken)::
+
+    POST /mcp ─ caller() ─ 401 │ principal in the request's state ─▶ session manager ─▶
+        tools/list ─ offered()     tools/call ─ call(): submit, follow, result
+
+The SDK's handlers find the request (and so the services and the caller) in their request
+context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from app.api.auth import Principal
+from app.api.errors import ApiError, error_response
+from app.api.routes.deps import caller
+from app.api.services import Services
+from app.dialects.mcp import tools
+
+PATH = "/mcp"
+PRINCIPAL = "agentloop_principal"
+
+
+def _context(server: Server[Any, Any]) -> tuple[Services, Principal, Any]:
+    ctx = server.request_context
+    request = ctx.request
+    assert isinstance(request, Request)
+    return request.app.state.services, request.state.agentloop_principal, ctx
+
+
+def build_server() -> Server[Any, Any]:
+    """The SDK's low-level server with agentloop's tools."""
+    server: Server[Any, Any] = Server("agentloop")
+
+    @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
+    async def list_tools() -> list[types.Tool]:
+        svc, who, _ = _context(server)
+        return await tools.offered(svc, who)
+
+    @server.call_tool()  # type: ignore[untyped-decorator]
+    async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        svc, who, ctx = _context(server)
+        token = ctx.meta.progressToken if ctx.meta is not None else None
+        done = 0
+
+        async def notify(message: str) -> None:
+            nonlocal done
+            done += 1
+            if token is not None:
+                await ctx.session.send_progress_notification(
+                    token, done, None, message, related_request_id=str(ctx.request_id))
+
+        return await tools.call(svc, who, name, arguments, notify)
+
+    return server
+
+
+class McpEndpoint:
+    """The ASGI endpoint of ``/mcp``; ``running()`` (in the app's lifespan) starts the
+    session manager it hands requests to."""
+
+    def __init__(self) -> None:
+        self.server = build_server()
+        self.manager: StreamableHTTPSessionManager | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The session manager, for as long as the app runs (one per lifespan)."""
+        self.manager = StreamableHTTPSessionManager(self.server, stateless=True)
+        async with self.manager.run():
+            yield
+        self.manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            who = await caller(request.app.state.services, request)
+        except ApiError as exc:
+            response = error_response(exc.status, exc.code, exc.message, exc.field,
+                                      exc.extra_headers)
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})[PRINCIPAL] = who
+        assert self.manager is not None, "the app's lifespan runs the session manager"
+        await self.manager.handle_request(scope, receive, send)
+
+
+def route(endpoint: McpEndpoint) -> Route:
+    """``/mcp`` for every method the protocol uses (POST, GET, DELETE)."""
+    return Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"],
+                 include_in_schema=False)

@@ -1,0 +1,116 @@
+"""``/mcp`` driven by the official SDK's client: the ``run`` tool (no agents), an agent as a
+tool, progress notifications, refusals as error results, and the API's auth."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from providers.fake import hanging, text, tool_calls
+from tests.api.conftest import serve
+from tests.mcp.conftest import Client
+
+
+@asynccontextmanager
+async def session(base: str, headers: dict[str, str] | None = None
+                  ) -> AsyncIterator[ClientSession]:
+    async with (httpx.AsyncClient(headers=headers, timeout=30) as http,
+                streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _),
+                ClientSession(read, write) as client):
+        await client.initialize()
+        yield client
+
+
+async def test_a_run_through_the_run_tool_with_progress(mcp: Client) -> None:
+    mcp.fake.script = [tool_calls(("web__add", {"a": 1, "b": 2})), text("three")]
+    mcp.fake.calls = 0
+    seen: list[Any] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, message))
+
+    async with session(mcp.app.server.url) as client:
+        [tool] = (await client.list_tools()).tools
+        assert tool.name == "run" and tool.inputSchema["required"] == ["input"]
+        result = await client.call_tool("run", {"input": "add", "toolset": "mcp:web"},
+                                        progress_callback=progress)
+    assert result.isError is False
+    assert result.content[0].text == "three"  # type: ignore[union-attr]
+    summary = result.structuredContent
+    assert summary is not None and summary["status"] == "completed"
+    run = (await mcp.http.get(f"/runs/{summary['run_id']}")).json()
+    assert run["result"] == "three"
+    assert seen == [(1.0, "calling web__add")]
+
+
+async def test_a_refused_run_is_an_error_result(mcp: Client) -> None:
+    async with session(mcp.app.server.url) as client:
+        unknown = await client.call_tool("run", {"input": "x", "toolset": "nope"})
+        bad = await client.call_tool("run", {"input": "x", "temperature": -1})
+        missing = await client.call_tool("run", {})
+    assert unknown.isError and "unknown toolset 'nope'" in unknown.content[0].text  # type: ignore[union-attr]
+    assert bad.isError and bad.content[0].text.startswith("temperature:")  # type: ignore[union-attr]
+    assert missing.isError and "input" in missing.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_client_that_hangs_up_cancels_the_run(mcp: Client) -> None:
+    mcp.fake.script = [hanging("thinking")]
+    mcp.fake.calls = 0
+
+    async def call() -> None:
+        async with session(mcp.app.server.url) as client:
+            await client.call_tool("run", {"input": "think"})
+
+    task = asyncio.create_task(call())
+    async with asyncio.timeout(30):  # until the model is thinking
+        while mcp.fake.calls == 0:
+            await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [run] = (await mcp.http.get("/runs", params={"limit": 1})).json()["runs"]
+    assert (await mcp.status(run["id"], "cancelled"))["stop_reason"] == "aborted"
+
+
+@pytest.fixture
+async def keyed() -> AsyncIterator[Any]:
+    async with serve(api_keys="k-one:acme") as api:
+        yield api
+
+
+async def test_the_api_key_is_required_and_agents_are_the_tools(keyed: Any) -> None:
+    resp = await keyed.client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert resp.status_code == 401
+    auth = {"Authorization": "Bearer k-one"}
+    created = await keyed.client.post("/agents", headers=auth, json={
+        "name": "helper", "description": "helps", "system": "be brief"})
+    assert created.status_code in (200, 201), created.text
+    keyed.fake.script = [text("done")]
+    async with session(keyed.url, auth) as client:
+        [tool] = (await client.list_tools()).tools
+        assert (tool.name, tool.description) == ("helper", "helps")
+        result = await client.call_tool("helper", {"input": "hi"})
+    assert result.content[0].text == "done"  # type: ignore[union-attr]
+    summary = result.structuredContent
+    assert summary is not None
+    run = (await keyed.client.get(f"/runs/{summary['run_id']}", headers=auth)).json()
+    assert run["agent"] == "helper"
+    for name in ("other", "third"):
+        await keyed.client.post("/agents", headers=auth, json={"name": name})
+    minted = await keyed.client.post("/client_tokens", headers=auth,
+                                     json={"subject": "ann", "agents": ["helper", "third"]})
+    assert minted.status_code == 201, minted.text
+    user = {"Authorization": f"Bearer {minted.json()['token']}"}
+    keyed.fake.script, keyed.fake.calls = [text("for ann")], 0
+    async with session(keyed.url, user) as client:  # an end user: the agents it is granted
+        assert sorted(t.name for t in (await client.list_tools()).tools) == ["helper", "third"]
+        refused = await client.call_tool("other", {"input": "hi"})
+        result = await client.call_tool("helper", {"input": "hi"})
+    assert refused.isError and result.content[0].text == "for ann"  # type: ignore[union-attr]
