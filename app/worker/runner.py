@@ -116,8 +116,9 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         sink.set_fields(traceparent=trace.traceparent)
     metrics.ACTIVE_RUNS.inc()
     crashed: str | None = None
+    parked = False
     try:
-        await _drive(deps, claim, record, sink)
+        parked = await _drive(deps, claim, record, sink)
     except FencedOut:
         log.info("run %s: attempt %d fenced out; another worker owns it", claim.run_id,
                  claim.attempt)
@@ -129,19 +130,20 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         await _end_after_crash(deps, claim, sink, exc)
     finally:
         if trace is not None:
-            trace.end(error=crashed)
+            trace.end(parked=parked, error=crashed)
         metrics.ACTIVE_RUNS.dec()
         if not sink.task.done():
             sink.task.cancel()
 
 
-async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> None:
+async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> bool:
+    """Drive the attempt to its end: True when it parked (it waits for people)."""
     woken = await parking.woken(deps.backend, record, claim)
     earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
     if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
         await sink.close(**_final(*ended_fields(earlier.ended)))
         await _finish(deps, claim)
-        return
+        return False
     if woken is not None:
         parking.count_wait(record, woken, sink)
     verdict = None
@@ -155,25 +157,25 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     if verdict is not None and verdict.error is not None:
         log.warning("run %s: %s", claim.run_id, verdict.error)
         await _end_at_start(deps, claim, sink, verdict.error)
-        return
+        return False
     try:
         kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
     except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         await _end_at_start(deps, claim, sink, str(exc))
-        return
+        return False
     servers = await open_run_servers(record.request, kwargs["menu"],
                                      allow_private=deps.fetch_allow_private,
                                      disabled=deps.disabled_tools)
     try:
-        await _drive_loop(deps, claim, record, sink, kwargs, woken, verdict)
+        return await _drive_loop(deps, claim, record, sink, kwargs, woken, verdict)
     finally:
         await servers.close()
 
 
 async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink,
                       kwargs: dict[str, Any], woken: ParkedState | None,
-                      verdict: Verdict | None) -> None:
+                      verdict: Verdict | None) -> bool:
     await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
     abort = asyncio.Event()
     await parking.preset_cancel(deps.backend, claim, record, abort)
@@ -197,11 +199,12 @@ async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: E
         await parking.park(deps.backend, claim, record, sink, outcome.parked,
                            kwargs["config"].gate)
         await queue_webhook(deps.backend, record, "requires_action", str(claim.attempt))
-        return
+        return True
     shared = kwargs["config"].shared
     await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
                               outcome.output), state=shared.value if shared else None)
     await _finish(deps, claim)
+    return False
 
 
 async def _earlier_attempts(deps: RunnerDeps, claim: Claim, sink: EventSink, *, lost: bool

@@ -102,6 +102,7 @@ async def test_spans_of_a_run_its_nested_loop_and_its_wait(spans: InMemorySpanEx
     assert first.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert first.attributes["gen_ai.provider.name"] == "fake"
     assert first.attributes["gen_ai.request.model"] == "test"
+    assert first.attributes["agentloop.parked"] is True  # it waits for the client's answer
     (tool,) = by_name["execute_tool ops_subagent"]
     assert tool.attributes is not None and hexes(tool)[2] == hexes(first)[1]
     assert (tool.attributes["gen_ai.tool.name"], tool.attributes["gen_ai.tool.call.id"]) == (
@@ -184,7 +185,7 @@ async def test_a_run_another_worker_takes_over_stays_one_trace(
         spans: InMemorySpanExporter, redis_url: str) -> None:
     """The first service stops mid-call (its worker hands the run back); a second one resumes
     it: attempt 2's span is a child of attempt 1's, the parent stored with the run. A SIGKILLed
-    worker's successor reads the same stored parent."""
+    worker's successor reads the same stored parent (``test_trace_crash``: real processes)."""
     from tests.ops.conftest import redis_backend
 
     spans.clear()

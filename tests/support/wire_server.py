@@ -53,10 +53,13 @@ class Recorded:
 
 
 class WireServer:
-    """``tls``: serve ``https://`` with this server context (``bench._tls`` makes one)."""
+    """``tls``: serve ``https://`` with this server context (``bench._tls`` makes one);
+    ``default``: the answer once the scripted ``replies`` run out (else a 500)."""
 
-    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None, *,
+                 default: Reply | None = None) -> None:
         self.tls = tls
+        self.default = default
         self.replies: list[Reply] = []
         self.requests: list[Recorded] = []
         self._server: asyncio.base_events.Server | None = None
@@ -93,7 +96,7 @@ class WireServer:
                 parts = urlsplit(target)
                 self.requests.append(Recorded(method, parts.path, parse_qs(parts.query),
                                               headers, body))
-                reply = self.replies.pop(0) if self.replies else Reply(
+                reply = self.replies.pop(0) if self.replies else self.default or Reply(
                     500, [b'{"error":{"message":"no scripted reply"}}'],
                     content_type="application/json")
                 if not await self._send(writer, reply) or reply.close:
