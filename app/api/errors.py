@@ -80,8 +80,9 @@ _DOC = {400: "malformed JSON, an unknown model, tool or toolset, or an attachmen
         422: "a field of the wrong shape",
         429: "an end user's request rate was passed (rate_limited), or a quota "
              "(quota_exceeded: field names the limit); Retry-After says when to try again",
-        403: "an end user may not do this (a field its agent locks, an agent or admin route "
-             "it was not granted)",
+        403: "not allowed: a field the agent locks, an agent or admin route an end user was "
+             "not granted, or a run's own MCP server at a URL the operator does not allow "
+             "(mcp_server_not_allowed)",
         503: "the run store is unavailable (Retry-After)"}
 
 

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Page, Route
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
@@ -77,21 +77,39 @@ async def test_use_chat_renders_a_tool_call_and_the_answer(browser: Browser,
             assert (await api.get(run_id))["status"] == "completed"
 
 
-async def test_a_reload_resumes_the_running_answer(browser: Browser,
-                                                   ai_sdk_page: Path) -> None:
+@pytest.mark.parametrize("ends", [False, True], ids=["while_resumed", "before_resume"])
+async def test_a_reload_resumes_the_running_answer(browser: Browser, ai_sdk_page: Path,
+                                                   ends: bool) -> None:
+    """The page reloads while the reply runs: its history shows the reply unfinished and the
+    resumed stream finishes it. ``before_resume``: the reply ends between the history's load
+    and the request for its stream (held until then), which finds none running (204); the
+    page loads the history again rather than show the reply unfinished for ever (a race a
+    busy machine hit)."""
     GATE.clear()
     with LiveServer(static_site(ai_sdk_page)) as static:
         async with serve(cors_origins="*") as api:
             api.fake.script = [fake.tool_calls(("example_gate", {})),
                                fake.text("The gate opened.")]
             page = await browser.new_page()
-            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-2")
+            await page.goto(f"{static.url}/?api={api.url}&chat=browser-chat-2-{ends}")
             await ask(page, "Wait for the gate")
             await page.locator('[data-testid=tool][data-state="input-available"]').wait_for(
                 timeout=30_000)
+            ended = asyncio.Event()
+
+            async def hold(route: Route) -> None:
+                await ended.wait()
+                await route.continue_()
+
+            if ends:
+                await page.route("**/ai-sdk/chat/*/stream", hold)
             await page.reload()  # the page's state is gone; the run is not
             await page.locator('[data-testid=tool][data-state="input-available"]').wait_for(
                 timeout=30_000)
             GATE.set()
+            if ends:
+                run_id = (await api.client.get("/runs")).json()["runs"][0]["id"]
+                await api.wait_status(run_id, "completed")
+                ended.set()
             answer = page.locator("section.assistant p.text")
             await answer.filter(has_text="The gate opened.").wait_for(timeout=30_000)

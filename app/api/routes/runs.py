@@ -32,7 +32,7 @@ _STATUSES = ("queued", "running", "requires_action", "completed", "failed", "can
 
 @router.post("/runs", status_code=201, operation_id="createRun", response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
-                        **documented(400, 401, 404, 409, 413, 415, 422, 503)})
+                        **documented(400, 401, 403, 404, 409, 413, 415, 422, 503)})
 async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
                      idempotency_key: Annotated[str | None, Header(

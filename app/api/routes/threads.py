@@ -88,7 +88,7 @@ async def delete_thread(thread_id: str, svc: ServicesDep, who: PrincipalDep) -> 
              status_code=201, response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
                         202: {"model": Run, "description": "queued into an existing run"},
-                        **documented(400, 401, 404, 409, 413, 415, 422, 503)})
+                        **documented(400, 401, 403, 404, 409, 413, 415, 422, 503)})
 async def post_thread_run(thread_id: str, body: CreateRun, response: Response,
                           svc: ServicesDep, who: PrincipalDep,
                           idempotency_key: Annotated[str | None, Header(

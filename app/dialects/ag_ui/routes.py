@@ -105,7 +105,7 @@ def _check_thread(thread_id: str, field: str) -> None:
 
 @router.post("/ag-ui", operation_id="agUiRunAgent",
              response_class=EventSourceResponse,
-             responses={**_STREAM, **documented(400, 401, 409, 413, 415, 422, 503)})
+             responses={**_STREAM, **documented(400, 401, 403, 409, 413, 415, 422, 503)})
 async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Run the agent on the input's last user message; stream AG-UI events."""
     _check_thread(body.thread_id, "threadId")

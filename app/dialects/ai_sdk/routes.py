@@ -99,7 +99,7 @@ def _wire_name(last: int, parts: Any) -> Callable[[str], str]:
 
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
              response_class=EventSourceResponse,
-             responses={**_STREAM, **documented_text(400, 401, 409, 413, 415, 422, 503)})
+             responses={**_STREAM, **documented_text(400, 401, 403, 409, 413, 415, 422, 503)})
 async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
     """Post the chat's last user message to its thread; stream the run that carries it as UI
     message chunks. A last message of the assistant's answers the chat's waiting run

@@ -4,7 +4,8 @@
 //   const transport = new DefaultChatTransport({ api: `${API}/ai-sdk/chat`, headers: bearer,
 //                                                body: { client_tools: CLIENT_TOOLS } });
 //   const history = await get(`/ai-sdk/chat/${id}/messages`);          // UIMessage[]
-//   useChat({ id, messages: history, transport, resume: true, onToolCall, sendAutomaticallyWhen });
+//   useChat({ id, messages: history, transport, onToolCall, sendAutomaticallyWhen });
+//   resumeStream();  // the last reply was still running: it goes on (see Chat below)
 //   addToolApprovalResponse({ id: part.approval.id, approved: true });  // Approve / Deny
 //   sendMessage({ text, files });                                       // files: a FileList
 //   const { threads } = await get('/threads');                          // the chat list
@@ -20,7 +21,7 @@ import {
   DefaultChatTransport, getToolName, isToolUIPart,
   lastAssistantMessageIsCompleteWithApprovalResponses, lastAssistantMessageIsCompleteWithToolCalls,
 } from 'ai';
-import { useCallback, useEffect, useMemo, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 
 const params = new URLSearchParams(window.location.search);
 const API = params.get('api') ?? import.meta.env.VITE_AGENTLOOP_URL ?? 'http://127.0.0.1:8000';
@@ -124,8 +125,9 @@ function Chat({ id, history, onReply }) {
   }), []);
   const {
     messages, sendMessage, addToolOutput, addToolApprovalResponse, status, stop, error,
+    resumeStream, setMessages,
   } = useChat({
-    id, messages: history, transport, resume: true, // resume: a reply still running goes on
+    id, messages: history, transport,
     onToolCall: async ({ toolCall }) => { // only the page's own tools (not the server's)
       const run = RUN_HERE[toolCall.toolName];
       if (run) {
@@ -140,6 +142,17 @@ function Chat({ id, history, onReply }) {
       || lastAssistantMessageIsCompleteWithToolCalls({ messages }),
     onFinish: onReply,
   });
+  const shown = useRef(messages);
+  shown.current = messages;
+  useEffect(() => { // a reply still running goes on (what `resume: true` does), and one that
+    // ended between loading the history and asking for its stream (204: none running) is
+    // loaded again, or the page would show it unfinished
+    const last = history.at(-1);
+    if (last?.role !== 'assistant' || last.metadata?.stop_reason) return;
+    resumeStream().then(async () => {
+      if (shown.current.at(-1) === last) setMessages(await get(`/ai-sdk/chat/${id}/messages`));
+    }, (err) => console.warn('resume failed', err));
+  }, []); // eslint-disable-line react-hooks/exhaustive-deps -- once, for the history loaded
   const [input, setInput] = useState('');
   const [files, setFiles] = useState(null); // a FileList: images (PDFs where the server takes them)
   const [picker, setPicker] = useState(0); // a new file input after each send
