@@ -24,6 +24,10 @@ async def test_full_run_writes_events_in_order(backend: Backend) -> None:
     rec, _ = await backend.create_run(new_record())
     async with worker(backend, resolve):
         end = await wait_end(backend, rec.id)
+        async with asyncio.timeout(30):  # its keys get their TTL as its job is acked, after
+            # the end's bookkeeping (app.worker.run_end): a moment after the status shows
+            while await backend.expires_in(rec.id) is None:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
     assert (end.status, end.stop_reason, end.result) == ("completed", "stop", "done")
     assert end.usage["input_tokens"] == 20 and end.ended_at and end.started_at
     log = await events(backend, rec.id)
