@@ -22,11 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from app.process.main import create_app
-from app.store import make_backend
-from app.store.memory.backend import MemoryBackend
 from app.worker.worker import Worker
 from providers.base import ModelRequest
 from providers.events import ProviderEvent
@@ -35,6 +32,7 @@ from providers.messages import AssistantMessage, ToolResultMessage, UserMessage
 from tests.api.conftest import make_settings
 from tests.support.live_server import LiveServer, client_limits
 from tests.support.redis_server import redis_server_url
+from tests.support.stores import shared_store
 from tool_registry import function
 
 __all__ = ["redis_server_url"]
@@ -217,14 +215,7 @@ def table_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, LiveServ
                                                                    CommandProvider, Any]]:
     """The package's server on each backend (no worker: ``Table.worker_on``)."""
     provider = CommandProvider()
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_server_url")
-        flush = redis.Redis.from_url(url)
-        flush.flushdb()
-        flush.close()
-        store: Any = make_backend(url, lease=5.0, run_ttl=3600)
-    else:
-        store = MemoryBackend(lease=5.0)
+    store = shared_store(request, request.param)
     app = create_app(make_settings(), backend=store, worker=False,
                      resolve_provider=lambda spec: (provider, spec.split(":", 1)[-1]))
     with LiveServer(app) as server:

@@ -23,15 +23,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import redis
 
 from app.process.main import create_app
-from app.store import make_backend
-from app.store.memory.backend import MemoryBackend
 from providers.fake import FakeProvider, ScriptItem
 from tests.api.conftest import fake_resolver, make_settings
 from tests.support.live_server import LiveServer, client_limits, free_port
 from tests.support.redis_server import redis_server_url
+from tests.support.stores import shared_store
 
 __all__ = ["redis_server_url"]
 
@@ -116,14 +114,7 @@ def mcp_app(request: pytest.FixtureRequest, mcp_http: HttpServer, mortal: HttpSe
     ``ALLOW_URLS`` (loopback, which the SSRF guard refuses unless a test stands it in for a
     public address)."""
     monkeypatch_package.setenv("MCP_TEST_TOKEN", "s3cret")
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_server_url")
-        flush = redis.Redis.from_url(url)
-        flush.flushdb()
-        flush.close()
-        store: Any = make_backend(url, lease=5.0, run_ttl=3600)
-    else:
-        store = MemoryBackend(lease=5.0)
+    store = shared_store(request, request.param)
     fake = FakeProvider()
     settings = make_settings(mcp_servers=json.dumps(servers(mcp_http.url, mortal.url)),
                              mcp_allow_urls=ALLOW_URLS)

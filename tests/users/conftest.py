@@ -13,15 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from app.process.main import create_app
-from app.store import make_backend
-from app.store.memory.backend import MemoryBackend
 from tests.api.conftest import make_settings
 from tests.control.conftest import CLIENT_TOOL, TOOLSET, CommandProvider
 from tests.support.live_server import LiveServer, client_limits
 from tests.support.redis_server import redis_server_url, redis_url
+from tests.support.stores import shared_store
 
 __all__ = ["redis_server_url", "redis_url"]
 
@@ -84,14 +82,7 @@ def agents_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def users_server(request: pytest.FixtureRequest, agents_file: Path
                  ) -> Iterator[tuple[str, LiveServer, CommandProvider, Any]]:
     provider = CommandProvider()
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_server_url")
-        flush = redis.Redis.from_url(url)
-        flush.flushdb()
-        flush.close()
-        store: Any = make_backend(url, lease=5.0, run_ttl=3600)
-    else:
-        store = MemoryBackend(lease=5.0)
+    store = shared_store(request, request.param)
     settings = make_settings(api_keys=f"{ADMIN}:t,key-u:u", agents_file=agents_file)
     app = create_app(settings, backend=store,
                      resolve_provider=lambda spec: (provider, spec.split(":", 1)[-1]))
