@@ -21,10 +21,12 @@ from app.worker.webhooks import queue_webhook
 log = logging.getLogger(__name__)
 
 
-async def after_end(backend: Backend, run_id: str) -> RunRecord | None:
-    """The steps above for the ended run ``run_id``; its record (None: gone, or not ended)."""
+async def after_end(backend: Backend, run_id: str, ended: RunRecord | None = None
+                    ) -> RunRecord | None:
+    """The steps above for the ended run ``run_id``; its record (None: gone, or not ended).
+    ``ended``: the record as the caller just stored the end (saves reading it back)."""
     try:
-        record = await retrying(lambda: backend.get_run(run_id))
+        record = ended or await retrying(lambda: backend.get_run(run_id))
         if record is None or record.status not in TERMINAL:
             return None
         if record.request.get(ADMITTED):

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.engine import LoopConfig, LoopOutcome, Resume, run_loop
@@ -201,9 +201,10 @@ async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: E
         await queue_webhook(deps.backend, record, "requires_action", str(claim.attempt))
         return True
     shared = kwargs["config"].shared
-    await sink.close(**_final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
-                              outcome.output), state=shared.value if shared else None)
-    await _finish(deps, claim)
+    final = _final(outcome.stop_reason, outcome.error, outcome.result, outcome.usage,
+                   outcome.output)
+    await sink.close(**final, state=shared.value if shared else None)
+    await _finish(deps, claim, replace(record, **final))  # as now stored
     return False
 
 
@@ -337,10 +338,12 @@ async def _watch_cancel(backend: Backend, run_id: str, abort: asyncio.Event) -> 
             await asyncio.sleep(0.2)
 
 
-async def _finish(deps: RunnerDeps, claim: Claim) -> None:
+async def _finish(deps: RunnerDeps, claim: Claim, ended: RunRecord | None = None) -> None:
+    """``ended``: the run's record as its end stored it, where this attempt wrote the end
+    (else it is read)."""
     backend = deps.backend
     await settle_thread_of(backend, claim.run_id)  # a thread's next run starts
-    await after_end(backend, claim.run_id)  # before the ack: a lost worker's is taken again
+    await after_end(backend, claim.run_id, ended)  # before the ack: a lost worker's redoes it
     await retrying(lambda: backend.finish(claim.run_id, claim.attempt))
 
 
