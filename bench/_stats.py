@@ -29,8 +29,10 @@ def ms(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def client_cpu_s() -> float:
+    """This process's CPU and its reaped children's (``drive_split``'s client processes)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 @dataclass

@@ -21,8 +21,10 @@ fake model wrote it; ``lags`` are arrival − write for every delta received (ag
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -159,3 +161,31 @@ async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *, fresh:
 
 RUN_FNS: dict[str, RunFn] = {"agentloop": agentloop_run, "agentloop-redis": agentloop_run,
                              "langgraph": langgraph_run}
+
+
+def _drive_part(system: str, port: int, runs: int, concurrency: int, fresh: bool) -> Workload:
+    return asyncio.run(drive(RUN_FNS[system], port, runs, concurrency, fresh=fresh))
+
+
+def drive_split(system: str, port: int, runs: int, concurrency: int, *, procs: int = 2,
+                fresh: bool = True) -> Workload:
+    """``drive`` from ``procs`` client processes at once, the runs and the concurrency split
+    between them, their records merged: one client process's event loop at C=50, busy with
+    its own TLS-free but many-socket work, delays what it reads and so the first event it
+    times; two processes stand for browsers that do not share a loop. ``procs=1`` is
+    ``drive`` in this process. The children's CPU shows in ``RUSAGE_CHILDREN`` once the pool
+    has shut down (``bench._stats.client_cpu_s``)."""
+    if procs <= 1:
+        return asyncio.run(drive(RUN_FNS[system], port, runs, concurrency, fresh=fresh))
+    runs_of = [runs // procs + (i < runs % procs) for i in range(procs)]
+    conc_of = [max(1, concurrency // procs + (i < concurrency % procs)) for i in range(procs)]
+    ctx = multiprocessing.get_context("fork")  # no event loop runs here between cells
+    t0 = time.monotonic()
+    with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        parts = list(pool.map(_drive_part, [system] * procs, [port] * procs, runs_of, conc_of,
+                              [fresh] * procs))
+    out = Workload(wall_s=time.monotonic() - t0)
+    for part in parts:
+        out.records += part.records
+    out.wall_s = max([p.wall_s for p in parts] + [0.0])
+    return out

@@ -10,7 +10,7 @@ utilisation over the load: a phase that is long while the server is far from bus
 on something other than the CPU (the accept queue, a poll, a timer)::
 
     .venv/bin/python bench/first_event.py [--system agentloop|agentloop-redis] [--runs 200]
-        [--concurrency 50] [--rounds 3] [--profile SECONDS]
+        [--concurrency 50] [--rounds 3] [--client-procs 2] [--profile SECONDS]
 
 ``--profile`` samples the server with py-spy (``bench/_profile.py``) for the first SECONDS of
 the first round's load and prints where its CPU went, by stage, file and function: the
@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,24 +95,47 @@ async def _load(port: int, runs: int, concurrency: int) -> _Phases:
     return out
 
 
-async def _profiled_load(server: Proc, runs: int, concurrency: int,
-                         seconds: float) -> tuple[_Phases, dict[str, Any]]:
-    load = asyncio.create_task(_load(server.port, runs, concurrency))
-    profile = await asyncio.to_thread(_profile.record, server.popen.pid, seconds)
-    return await load, profile
+def _load_part(port: int, runs: int, concurrency: int) -> _Phases:
+    return asyncio.run(_load(port, runs, concurrency))
+
+
+def _split_load(port: int, runs: int, concurrency: int, procs: int) -> _Phases:
+    """``_load`` from ``procs`` client processes at once (browsers do not share an event
+    loop), the runs and concurrency split between them, the phases merged."""
+    if procs <= 1:
+        return _load_part(port, runs, concurrency)
+    runs_of = [runs // procs + (i < runs % procs) for i in range(procs)]
+    conc_of = [max(1, concurrency // procs + (i < concurrency % procs)) for i in range(procs)]
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_load_part, [port] * procs, runs_of, conc_of))
+    out = _Phases()
+    for part in parts:
+        for name in PHASES:
+            out.times[name] += part.times[name]
+        out.totals += part.totals
+        out.errors += part.errors
+    return out
+
+
+def _profiled_load(server: Proc, runs: int, concurrency: int, seconds: float,
+                   procs: int) -> tuple[_Phases, dict[str, Any]]:
+    with ThreadPoolExecutor(1) as pool:
+        profile = pool.submit(_profile.record, server.popen.pid, seconds)
+        phases = _split_load(server.port, runs, concurrency, procs)
+        return phases, profile.result()
 
 
 def _round(system: str, fake: Proc, runs: int, concurrency: int,
-           profile_s: float = 0.0) -> dict[str, Any]:
+           profile_s: float = 0.0, procs: int = 2) -> dict[str, Any]:
     server = start_agentloop(fake, redis=system == "agentloop-redis", name=f"{system}-first")
     profile: dict[str, Any] | None = None
     try:
         asyncio.run(_load(server.port, 20, 10))  # warm-up
         cpu0, t0 = server.cpu_s(), time.monotonic()
         if profile_s:
-            phases, profile = asyncio.run(_profiled_load(server, runs, concurrency, profile_s))
+            phases, profile = _profiled_load(server, runs, concurrency, profile_s, procs)
         else:
-            phases = asyncio.run(_load(server.port, runs, concurrency))
+            phases = _split_load(server.port, runs, concurrency, procs)
         cpu = server.cpu_s() - cpu0
         util = cpu / (time.monotonic() - t0)
     finally:
@@ -129,13 +154,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--client-procs", type=int, default=2,
+                   help="client processes the runs are split between (as make bench)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                    help="py-spy the server for SECONDS of the first round's load")
     args = p.parse_args(argv)
     fake = start_fake(FRAME_MS, name="fake_llm_first", tls=make_tls(OUT / "tls"))
     try:
         rounds = [_round(args.system, fake, args.runs, args.concurrency,
-                         args.profile if i == 0 else 0.0) for i in range(args.rounds)]
+                         args.profile if i == 0 else 0.0, args.client_procs)
+                  for i in range(args.rounds)]
     finally:
         fake.stop()
     for r in rounds:

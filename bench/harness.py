@@ -46,7 +46,7 @@ from bench import (
 from bench._procs import OUT, Proc, start_fake
 from bench._stats import Sample, load_avg, row
 from bench._tls import make_tls
-from bench._workload import RUN_FNS, drive
+from bench._workload import RUN_FNS, drive, drive_split
 
 FRAME_MS = _live.FRAME_MS
 LIVE_SIZES = [100, 200, 300, 400, 500, 600, 800, 1000]
@@ -67,8 +67,9 @@ def _raise_nofile() -> None:
 
 
 def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: int,
-                 peer_jobs: int, *, fresh: bool) -> dict[str, Any]:
-    """Start ``system`` fresh, warm it up, measure ``runs`` at ``concurrency``, stop it."""
+                 peer_jobs: int, *, fresh: bool, client_procs: int = 1) -> dict[str, Any]:
+    """Start ``system`` fresh, warm it up, measure ``runs`` at ``concurrency`` from
+    ``client_procs`` client processes, stop it."""
     load = load_avg()
     server = _systems.start_system(system, fake, peer_jobs)
     try:
@@ -76,9 +77,11 @@ def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: i
         if warmup:
             asyncio.run(drive(run_fn, server.port, warmup, min(concurrency, warmup), fresh=fresh))
         before = Sample.take(server, fake)
-        work = asyncio.run(drive(run_fn, server.port, runs, concurrency, fresh=fresh))
+        work = drive_split(system, server.port, runs, concurrency, procs=client_procs,
+                           fresh=fresh)
         after = Sample.take(server, fake)
-        return row(system, concurrency, work, before, after, server) | {"load_before": load}
+        return row(system, concurrency, work, before, after, server) | {
+            "load_before": load, "client_procs": client_procs}
     finally:
         server.stop()
 
@@ -90,8 +93,10 @@ def _cell(system: str, fake: Proc, args: argparse.Namespace, concurrency: int, *
     # micro-benchmark keeps the job count that measured best there
     jobs = args.peer_jobs or (concurrency if fresh else _systems.PEER_JOBS_PER_WORKER)
     try:
+        procs = args.client_procs if fresh else 1
         cell = measure_cell(system, fake, args.runs, concurrency, args.warmup, jobs,
-                            fresh=fresh) | ({"peer_jobs": jobs} if system == "langgraph" else {})
+                            fresh=fresh, client_procs=procs)
+        cell |= {"peer_jobs": jobs} if system == "langgraph" else {}
     except Exception as exc:
         cell = {"system": system, "concurrency": concurrency,
                 "failed": f"{type(exc).__name__}: {exc}"[:2000]}
@@ -201,6 +206,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-peer", action="store_true", help="leave LangGraph out")
     p.add_argument("--quick", action="store_true", help="smaller runs: a few minutes in all")
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--client-procs", type=int, default=2,
+                   help="client processes driving the production path (its runs split "
+                        "between them)")
     p.add_argument("--peer-jobs", type=int, default=0,
                    help="langgraph dev --n-jobs-per-worker (default: C on the production path, "
                    f"{_systems.PEER_JOBS_PER_WORKER} on the micro-benchmark)")
