@@ -331,6 +331,21 @@ class Settings(BaseSettings):
         return orjson.loads(self.openai_profiles) if self.openai_profiles.strip() else {}
 
 
+MULTIPROCESS_METRICS = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory: set by the supervisor of ``agentloop serve
+--processes N`` for its processes (``app.process.supervisor``)."""
+
+
+def metrics_dir() -> str | None:
+    """Where this process's metrics are shared with its siblings' (None: not shared)."""
+    return os.environ.get(MULTIPROCESS_METRICS) or None
+
+
+def process_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with ``overrides``: a child process's."""
+    return {**os.environ, **overrides}
+
+
 def provider_env() -> dict[str, str]:
     """Provider credentials and other variables tools may require: ``.env`` under the process
     environment (the process wins)."""
