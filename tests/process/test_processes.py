@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,13 +59,16 @@ async def _both_serving(proc: asyncio.subprocess.Process, log: ServeLog) -> set[
     return await until(two, START, "two processes serving")
 
 
-async def _stop(proc: asyncio.subprocess.Process, kids: set[int]) -> None:
-    """SIGTERM: the command exits 0 within a bound, leaving no child behind."""
+async def _stop(proc: asyncio.subprocess.Process, kids: set[int], log: ServeLog) -> None:
+    """SIGTERM: every child drains and exits by itself (none killed), then the command exits
+    0 within a bound, leaving no child behind."""
     proc.send_signal(signal.SIGTERM)
     async with asyncio.timeout(STOP):
         code = await proc.wait()
     assert code == 0
     assert not [pid for pid in kids if alive(pid)]
+    assert "did not stop within" not in log.text()
+    assert "every process has exited" in log.text()
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -123,7 +127,12 @@ async def test_two_processes_share_the_port_the_runs_and_the_metrics_and_stop_on
                     break
             assert set(await asyncio.to_thread(log.answered, "GET /metrics")) == kids
 
-        await _stop(proc, kids)
+        health = await asyncio.create_subprocess_exec(  # the image's HEALTHCHECK
+            sys.executable, "-m", "app.process.cli", "health", "--port", str(port),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        assert await health.wait() == 0
+
+        await _stop(proc, kids, log)
         assert not metrics_dirs(tmp_path)  # removed on exit
     finally:
         _kill(proc)
@@ -190,7 +199,7 @@ async def test_a_killed_process_is_restarted_and_its_run_resumes_and_completes(
                 if new in await asyncio.to_thread(log.answered, "GET /healthz"):
                     break
             assert new in await asyncio.to_thread(log.answered, "GET /healthz")
-        await _stop(proc, kids)
+        await _stop(proc, kids, log)
     finally:
         await backend.close()
         _kill(proc)
