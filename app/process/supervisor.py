@@ -97,11 +97,11 @@ class Listeners:
             if REUSEPORT:
                 first.close()
                 first = self._new()
+            self._sockets: list[socket.socket | None] = [first]
+            self._sockets += [self._new() if REUSEPORT else first for _ in range(count - 1)]
         except OSError as exc:
             raise SystemExit(f"agentloop serve: cannot listen on {host}:{port}: "
                              f"{exc.strerror or exc}") from None
-        self._sockets: list[socket.socket | None] = [first]
-        self._sockets += [self._new() if REUSEPORT else first for _ in range(count - 1)]
 
     def _new(self) -> socket.socket:
         return _bind(self.host, self.port, reuseport=True)
@@ -198,6 +198,8 @@ class Supervisor:
             loop.add_signal_handler(sig, self._on_signal, sig)
         slots = [asyncio.create_task(self._keep(slot), name=f"slot-{slot}")
                  for slot in range(self.count)]
+        for task in slots:
+            task.add_done_callback(self._slot_ended)
         await self.stopping.wait()
         self.listeners.close()
         _, pending = await asyncio.wait(slots, timeout=self.stop_within)
@@ -209,6 +211,13 @@ class Supervisor:
                     child.proc.kill()
             await asyncio.wait(pending)
         return self.failure
+
+    def _slot_ended(self, task: asyncio.Task[None]) -> None:
+        """A slot's task ends only when stopping; if it failed instead, stop everything."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("%s failed", task.get_name(), exc_info=exc)
+            self.failure = self.failure or f"agentloop serve: supervisor error: {exc!r}"
+            self.stopping.set()
 
     def _on_signal(self, sig: int) -> None:
         if not self.stopping.is_set():
@@ -244,8 +253,12 @@ class Supervisor:
                     await asyncio.wait_for(self.stopping.wait(), delay)
 
     async def _start(self, slot: int) -> Child | None:
-        sock = self.listeners.socket(slot)
-        read, write = os.pipe()
+        try:
+            sock = self.listeners.socket(slot)
+            read, write = os.pipe()
+        except OSError as exc:
+            log.error("slot %d: cannot start a process: %s", slot, exc)
+            return None
         command = [sys.executable, "-P", "-m", "app.process.child",
                    "--socket-fd", str(sock.fileno()), "--status-fd", str(write),
                    "--parent", str(os.getpid()), *([] if self.worker else ["--no-worker"])]
