@@ -67,6 +67,10 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    processes: str = "1"
+    """API processes ``agentloop serve`` runs on its one port, each with its own embedded worker
+    (``app.process.supervisor``): a whole number ≥ 1, or ``auto`` (the CPU cores this process
+    may use). More than one needs ``redis_url``. ``--processes`` wins."""
     redis_url: str | None = None
     """Unset: the in-process memory backend (one process, nothing survives a restart)."""
     redis_cluster: bool = False
@@ -205,6 +209,12 @@ class Settings(BaseSettings):
         default_factory=lambda: Path(tempfile.gettempdir()) / "agentloop-worker.health")
     """The heartbeat file a worker touches and ``agentloop health --worker`` reads."""
 
+    @field_validator("processes")
+    @classmethod
+    def _processes_is_count(cls, value: str) -> str:
+        process_count(value)
+        return value.strip().lower()
+
     @field_validator("run_timeout", "default_max_tokens", mode="before")
     @classmethod
     def _off_is_zero(cls, value: object) -> object:
@@ -329,6 +339,35 @@ class Settings(BaseSettings):
     def profile_map(self) -> dict[str, dict[str, Any]]:
         """The parsed ``openai_profiles``."""
         return orjson.loads(self.openai_profiles) if self.openai_profiles.strip() else {}
+
+
+def process_count(value: str) -> int:
+    """``--processes`` / ``AGENTLOOP_PROCESSES``: a whole number ≥ 1, or ``auto``: the CPU cores
+    this process may use (its affinity, which a container's cpuset narrows). ValueError (a
+    one-line reason) otherwise."""
+    text = value.strip().lower()
+    if text == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"processes must be a whole number of at least 1, or auto "
+                         f"(got {value!r})")
+    return int(text)
+
+
+MULTIPROCESS_METRICS = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multiprocess directory: set by the supervisor of ``agentloop serve
+--processes N`` for its processes (``app.process.supervisor``)."""
+
+
+def metrics_dir() -> str | None:
+    """Where this process's metrics are shared with its siblings' (None: not shared)."""
+    return os.environ.get(MULTIPROCESS_METRICS) or None
+
+
+def process_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with ``overrides``: a child process's."""
+    return {**os.environ, **overrides}
 
 
 def provider_env() -> dict[str, str]:

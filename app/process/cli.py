@@ -1,15 +1,18 @@
 """The ``agentloop`` command.
 
     agentloop                       same as ``agentloop serve``
-    agentloop serve [--host H] [--port P] [--no-worker]
-                                    the HTTP API, with an embedded worker unless --no-worker
+    agentloop serve [--host H] [--port P] [--no-worker] [--processes N|auto]
+                                    the HTTP API, with an embedded worker unless --no-worker;
+                                    N > 1: N such processes on the one port (needs Redis)
     agentloop worker                a worker only (scale these out beside ``serve --no-worker``)
     agentloop health [--worker] [--port P]
                                     exit 0 if this host's API answers /healthz (or, with
                                     --worker, if this host's worker heartbeat is fresh)
 
 SIGTERM/SIGINT stop gracefully: uvicorn drains the API; the worker stops taking runs and
-checkpoints and releases the ones it is driving so another worker resumes them.
+checkpoints and releases the ones it is driving so another worker resumes them. With
+``--processes N`` a supervisor (``app.process.supervisor``) passes the signal on to each
+process and exits once they all have.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import signal
 from collections.abc import Sequence
 
 import uvicorn
+from fastapi import FastAPI
+from pydantic import ValidationError
 
-from app.config import Settings, load_settings
+from app.config import Settings, load_settings, process_count
 from app.delivery.draining import DrainingServer
 from app.process.main import create_app
 from app.process.services import open_services
@@ -34,6 +39,19 @@ log = logging.getLogger(__name__)
 GC_GEN0 = 20_000
 """Allocations (net of frees) between two young-generation collections (CPython's default
 is 700)."""
+GRACEFUL_SHUTDOWN = 30.0
+"""uvicorn's ``timeout_graceful_shutdown``: how long open responses may take to finish once a
+stop is asked."""
+STOP_MARGIN = 10.0
+"""A supervisor's allowance beyond that (and the worker's hand-back, up to a lease) before it
+kills a process that has not exited."""
+
+
+def _processes(value: str) -> int:
+    try:
+        return process_count(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (AGENTLOOP_HOST)")
     serve.add_argument("--port", type=int, help="port (AGENTLOOP_PORT)")
     serve.add_argument("--no-worker", action="store_true", help="API only; runs go to workers")
+    serve.add_argument("--processes", type=_processes, metavar="N|auto",
+                       help="API processes on the port, each with its worker unless "
+                            "--no-worker; auto: one per CPU core (AGENTLOOP_PROCESSES; default 1)")
     sub.add_parser("worker", help="run a worker only")
     health = sub.add_parser("health", help="container health check (exit 0 when healthy)")
     health.add_argument("--worker", action="store_true", help="check this host's worker")
@@ -72,12 +93,30 @@ def health(settings: Settings, *, worker: bool, port: int | None) -> None:
         raise SystemExit(f"unhealthy: {why}")
 
 
-def serve(settings: Settings, *, host: str | None, port: int | None, worker: bool) -> None:
-    """Run the API under uvicorn (uvloop + httptools)."""
+def uvicorn_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    """How the API is served: uvloop, httptools, our logging, a bounded graceful stop."""
+    return uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools",
+                          log_config=None, proxy_headers=True,
+                          timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN))
+
+
+def serve(settings: Settings, *, host: str | None, port: int | None, worker: bool,
+          processes: int = 1) -> None:
+    """Run the API under uvicorn (uvloop + httptools); ``processes`` > 1: that many, under a
+    supervisor (``app.process.supervisor``)."""
+    host, port = host or settings.host, port or settings.port
+    if processes > 1:
+        if not settings.redis_url:
+            raise SystemExit(f"agentloop serve: {processes} processes need Redis "
+                             "(AGENTLOOP_REDIS_URL): with the in-memory backend a run created "
+                             "in one process is invisible to the others")
+        from app.process.supervisor import supervise
+
+        supervise(settings, host=host, port=port, worker=worker, processes=processes,
+                  stop_within=GRACEFUL_SHUTDOWN + settings.lease_seconds + STOP_MARGIN)
+        return
     app = create_app(settings, worker=worker)
-    config = uvicorn.Config(app, host=host or settings.host, port=port or settings.port,
-                            loop="uvloop", http="httptools", log_config=None,
-                            proxy_headers=True, timeout_graceful_shutdown=30)
+    config = uvicorn_config(app, host, port)
     tune_gc()
     DrainingServer(config).run()
 
@@ -113,7 +152,13 @@ def run_worker_process(settings: Settings) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``agentloop`` console script."""
     args = _parser().parse_args(argv)
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValidationError as exc:  # one line per bad setting, not a traceback
+        raise SystemExit("agentloop: invalid settings: " + "; ".join(
+            f"AGENTLOOP_{'_'.join(map(str, e['loc'])).upper()}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors())) from None
     setup_logging(settings.log_level, settings.log_format)
     if args.command == "health":
         health(settings, worker=args.worker, port=args.port)
@@ -125,9 +170,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "has no runs to take (`agentloop serve` embeds one)")
         run_worker_process(settings)
     elif args.command == "serve":
-        serve(settings, host=args.host, port=args.port, worker=not args.no_worker)
+        serve(settings, host=args.host, port=args.port, worker=not args.no_worker,
+              processes=args.processes or process_count(settings.processes))
     else:
-        serve(settings, host=None, port=None, worker=True)
+        serve(settings, host=None, port=None, worker=True,
+              processes=process_count(settings.processes))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ inside inherit them. ``log.info(..., extra={"run_id": ...})`` works too. Where t
   whole exchange, streaming and uvicorn's access line included;
 - ``POST /runs``: the route, once the run exists.
 
+Under ``agentloop serve --processes N`` (N > 1) every line also says which process wrote it
+(``pid``): ``setup_logging(..., pid=True)``.
+
 API keys are never passed to a logger; stream tokens are scrubbed from every formatted line,
 uvicorn's access log included (``app.telemetry.redact``).
 """
@@ -80,7 +83,11 @@ class ContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "message", "run_id"?, "tenant"?, "exc"?}``."""
+    """``{"ts", "level", "logger", "message", "pid"?, "run_id"?, "tenant"?, "exc"?}``."""
+
+    def __init__(self, *, pid: bool = False) -> None:
+        super().__init__()
+        self.pid = pid
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
@@ -90,6 +97,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.pid:
+            out["pid"] = record.process
         for key in _FIELDS:
             value = getattr(record, key, None)
             if value:
@@ -100,10 +109,11 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """Human-readable lines with the bound fields appended."""
+    """Human-readable lines with the bound fields appended (and the pid, with ``pid``)."""
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    def __init__(self, *, pid: bool = False) -> None:
+        super().__init__("%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s" if pid
+                         else "%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
@@ -111,10 +121,11 @@ class TextFormatter(logging.Formatter):
         return redact(f"{line} [{extra}]" if extra else line)
 
 
-def setup_logging(level: str = "INFO", fmt: str = "json") -> None:
-    """Configure the root logger (and uvicorn's) once per process."""
+def setup_logging(level: str = "INFO", fmt: str = "json", *, pid: bool = False) -> None:
+    """Configure the root logger (and uvicorn's) once per process; ``pid``: every line says
+    which process wrote it (several processes share one log)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter(pid=pid) if fmt == "json" else TextFormatter(pid=pid))
     handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -1,6 +1,11 @@
 """Prometheus metrics: the objects the API, runner and worker update, and ``/metrics``.
 
-They live in ``prometheus_client``'s default registry (one per process). Names::
+They live in ``prometheus_client``'s default registry (one per process). Under ``agentloop
+serve --processes N`` (N > 1) the processes share them through prometheus_client's
+multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, set by ``app.process.supervisor``): whichever
+process answers ``/metrics`` reports the sum over all of them; counters and histograms keep
+the counts of a process that has exited (a restart does not set them back), the gauges of
+live values (active runs, open streams) count live processes only. Names::
 
     agentloop_runs_accepted_total                    runs accepted by POST /runs
     agentloop_runs_ended_total{status, stop_reason}  runs ended, by final status and stop reason
@@ -30,7 +35,15 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable
 
 from fastapi import Response
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from providers.catalog import BUILTIN, builtin_profiles
 from tool_registry import Registry, default_registry
@@ -86,10 +99,17 @@ _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 RUNS_CREATED = Counter("agentloop_runs_accepted", "Runs accepted by POST /runs.")
 RUNS_ENDED = Counter("agentloop_runs_ended", "Runs ended, by final status and stop reason.",
                      ["status", "stop_reason"])
-ACTIVE_RUNS = Gauge("agentloop_active_runs", "Runs being driven by this process's worker.")
-QUEUE_DEPTH = Gauge("agentloop_queue_depth", "Steering/follow-up messages waiting.", ["kind"])
+# multiprocess_mode (ignored in one process): what the processes' values sum to. ``livesum``:
+# the values of live processes only (an exited process drives no run, serves no stream);
+# ``sum``: a process that exited still counts (the queue depth is a net of increments made
+# by API and worker processes alike).
+ACTIVE_RUNS = Gauge("agentloop_active_runs", "Runs being driven by this process's worker.",
+                    multiprocess_mode="livesum")
+QUEUE_DEPTH = Gauge("agentloop_queue_depth", "Steering/follow-up messages waiting.", ["kind"],
+                    multiprocess_mode="sum")
 EVENTS_WRITTEN = Counter("agentloop_events_written", "Events appended to run logs.")
-SSE_SUBSCRIBERS = Gauge("agentloop_sse_subscribers", "Open event streams.")
+SSE_SUBSCRIBERS = Gauge("agentloop_sse_subscribers", "Open event streams.",
+                        multiprocess_mode="livesum")
 PROVIDER_LATENCY = Histogram("agentloop_provider_latency_seconds",
                              "Model call duration, request to done.", ["provider"],
                              buckets=_LATENCY_BUCKETS)
@@ -133,9 +153,14 @@ def record_tokens(model: str, usage: dict[str, int]) -> None:
             TOKENS.labels(kind.removesuffix("_tokens"), *labels).inc(usage[kind])
 
 
-def metrics_response() -> Response:
-    """The Prometheus text exposition of every metric."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+def metrics_response(multiprocess_dir: str | None = None) -> Response:
+    """The Prometheus text exposition of every metric: this process's, or with
+    ``multiprocess_dir`` the sum over every process sharing that directory."""
+    if multiprocess_dir is None:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 class RunTimings:

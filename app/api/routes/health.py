@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from app.api.routes.deps import ServicesDep
 from app.api.schemas import Health, SandboxProbe
+from app.config import metrics_dir
 from app.telemetry.metrics import metrics_response
 
 router = APIRouter(tags=["operations"])
@@ -53,5 +54,5 @@ async def readyz(svc: ServicesDep) -> JSONResponse:
 @router.get("/metrics", response_class=Response, operation_id="getMetrics",
             responses={200: {"content": {"text/plain": {}}}})
 async def metrics() -> Response:
-    """Prometheus text exposition."""
-    return metrics_response()
+    """Prometheus text exposition (under ``serve --processes N``: the sum over the processes)."""
+    return metrics_response(metrics_dir())
