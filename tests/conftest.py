@@ -1,7 +1,9 @@
 """Shared fixtures: see tests/support/ for the wire server and the Redis/uvicorn helpers.
 
-Every async test runs on uvloop, the loop ``agentloop serve`` and ``agentloop worker`` use in
-production (subprocess support, timers and transports differ from asyncio's default loop).
+Every async test runs on the loop ``agentloop serve`` uses in production: uvloop, accepting
+connections in batches (``app.process.accept_loop``; ``agentloop worker`` runs plain uvloop, the
+same loop for everything but a server's accept). Subprocess support, timers and transports
+differ from asyncio's default loop.
 The Redis Cluster fixtures live here so that one cluster (six processes) serves the session.
 """
 
@@ -12,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-import uvloop
 
+from app.process.accept_loop import new_event_loop
 from tests.support.redis_cluster import cluster_url, redis_cluster
 
 __all__ = ["cluster_url", "redis_cluster"]
@@ -22,7 +24,7 @@ __all__ = ["cluster_url", "redis_cluster"]
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
                                   ) -> Mapping[str, Callable[[], Any]]:
     """One factory (test names stay unchanged): the service's event loop."""
-    return {"uvloop": uvloop.new_event_loop}
+    return {"uvloop": new_event_loop}
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -36,6 +36,8 @@ from app.process.setup import check_tool_modules
 from app.telemetry.logs import setup_logging
 
 log = logging.getLogger(__name__)
+ACCEPT_LOOP = "app.process.accept_loop:new_event_loop"
+"""uvicorn's ``loop``: uvloop accepting new connections in batches (``accept_loop``)."""
 GC_GEN0 = 20_000
 """Allocations (net of frees) between two young-generation collections (CPython's default
 is 700)."""
@@ -94,8 +96,9 @@ def health(settings: Settings, *, worker: bool, port: int | None) -> None:
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
-    """How the API is served: uvloop, httptools, our logging, a bounded graceful stop."""
-    return uvicorn.Config(app, host=host, port=port, loop="uvloop", http="httptools",
+    """How the API is served: uvloop accepting in batches (``accept_loop``), httptools, our
+    logging, a bounded graceful stop."""
+    return uvicorn.Config(app, host=host, port=port, loop=ACCEPT_LOOP, http="httptools",
                           log_config=None, proxy_headers=True,
                           timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN))
 

@@ -1,5 +1,5 @@
 """uvicorn serving an ASGI app on a free loopback port, in a thread with its own event loop:
-uvloop and httptools, as ``agentloop serve`` runs it.
+uvloop accepting in batches and httptools, as ``agentloop serve`` runs it.
 
 Tests talk to it over a real socket (streaming, disconnects and backpressure are real)::
 
@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
-import uvloop
 
 from app.delivery.draining import DrainingServer
+from app.process.accept_loop import new_event_loop
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ class LiveServer:
                                 # ReadError that says nothing about the code under test
                                 timeout_keep_alive=KEEP_ALIVE)
         self.server = DrainingServer(config)  # as `agentloop serve` runs it
-        self.loop = uvloop.new_event_loop()  # what `agentloop serve` runs on
+        self.loop = new_event_loop()  # what `agentloop serve` runs on
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._startup_timeout = startup_timeout
 
