@@ -79,9 +79,12 @@ def agentloop_argv(port: int, root: Path = ROOT) -> list[str]:
 
 
 def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
-                    name: str = "agentloop", root: Path = ROOT) -> Proc:
+                    name: str = "agentloop", root: Path = ROOT,
+                    processes: int | None = None) -> Proc:
     """agentloop against ``fake``; with ``redis`` a fresh redis-server rides along in ``extra``.
-    ``root``: the source tree to serve (another checkout's, for an A/B; this venv runs it)."""
+    ``root``: the source tree to serve (another checkout's, for an A/B; this venv runs it).
+    ``processes``: ``serve --processes N`` (a supervisor and N children: the Proc's CPU and
+    memory are its process tree's, so every child counts); ``None`` leaves the flag out."""
     env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
                          "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
                          "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
@@ -93,7 +96,12 @@ def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
     env |= extra_env or {}
     port = free_port()
-    proc = start(name, agentloop_argv(port, root), port, env=env, cwd=root)
+    argv = agentloop_argv(port, root)
+    if processes is not None:
+        if "serve" not in argv:
+            raise ValueError(f"{root} has no agentloop serve CLI: --processes needs one")
+        argv += ["--processes", str(processes)]
+    proc = start(name, argv, port, env=env, cwd=root)
     if redis_proc is not None:
         proc.extra.append(redis_proc)
     try:
