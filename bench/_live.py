@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,8 +99,9 @@ async def _cancel(port: int, run_ids: list[str]) -> None:
         conn.close()
 
 
-async def step(server: Proc, n: int) -> dict[str, Any]:
-    """Hold ``n`` live streams on ``server`` and measure one window (see the module doc)."""
+async def step(server: Proc, n: int, fake: Proc | None = None) -> dict[str, Any]:
+    """Hold ``n`` live streams on ``server`` and measure one window (see the module doc).
+    With ``fake``: also the fake model's and this (client) process's CPU over the window."""
     window = _Window()
     body = live_body(RAMP_S + SETTLE_S + WINDOW_S + 5)
     streams = [_Stream() for _ in range(n)]
@@ -108,10 +110,12 @@ async def step(server: Proc, n: int) -> dict[str, Any]:
         tasks.append(asyncio.create_task(_follow(server.port, s, window, body)))
         await asyncio.sleep(RAMP_S / n if i < n - 1 else 0)
     await asyncio.sleep(SETTLE_S)
+    others0 = _others_cpu_s(fake)
     cpu0, redis0, t0 = server.cpu_s(), sum(p.cpu_s() for p in server.extra), time.monotonic()
     window.start, window.end = t0, t0 + WINDOW_S
     await asyncio.sleep(WINDOW_S)
     cpu1, redis1, t1 = server.cpu_s(), sum(p.cpu_s() for p in server.extra), time.monotonic()
+    others1 = _others_cpu_s(fake)
     load = load_avg()
     await asyncio.sleep(0.3)  # frames in flight at the window's end still count
     ids = [s.run_id for s in streams if s.run_id]
@@ -138,7 +142,16 @@ async def step(server: Proc, n: int) -> dict[str, Any]:
         "streams_per_core": round(1e6 / (us_per_frame * frames / wall / n))
         if us_per_frame and frames else None,
         "load_avg": load,
-    }
+    } | ({"client_cpu_util": round((others1[0] - others0[0]) / wall, 3),
+          "fake_cpu_util": round((others1[1] - others0[1]) / wall, 3)} if fake else {})
+
+
+def _others_cpu_s(fake: Proc | None) -> tuple[float, float]:
+    """(this client process's CPU, the fake model's): where the rest of the machine goes."""
+    if fake is None:
+        return 0.0, 0.0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, fake.cpu_s()
 
 
 def sustained(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -155,18 +168,21 @@ def _meets(s: dict[str, Any]) -> bool:
 MIN_STEPS = 3
 
 
-def run_steps(server: Proc, sizes: list[int], *, say: Any = print) -> list[dict[str, Any]]:
-    """Steps of growing size until one saturates the server, or misses the lag target after
-    ``MIN_STEPS`` (on a busy machine the lag misses early; the CPU per frame still falls as
-    more frames share each loop turn, so the larger steps are measured anyway)."""
+def run_steps(server: Proc, sizes: list[int], *, say: Any = print, fake: Proc | None = None,
+              processes: int = 1) -> list[dict[str, Any]]:
+    """Steps of growing size until one saturates the server (``processes`` cores), or misses
+    the lag target after ``MIN_STEPS`` (on a busy machine the lag misses early; the CPU per
+    frame still falls as more frames share each loop turn, so the larger steps are measured
+    anyway). ``fake``: see ``step``."""
     out: list[dict[str, Any]] = []
     for n in sizes:
-        result = asyncio.run(step(server, n))
+        result = asyncio.run(step(server, n, fake))
         say(f"  {n} streams: lag p99 {result['lag_ms']['p99']} ms, "
             f"{result['server_us_per_frame']} µs/frame, util {result['server_cpu_util']}, "
             f"load {result['load_avg']}")
         out.append(result)
-        if result["server_cpu_util"] > 0.95 or (not _meets(result) and len(out) >= MIN_STEPS):
+        saturated = result["server_cpu_util"] > 0.95 * processes
+        if saturated or (not _meets(result) and len(out) >= MIN_STEPS):
             break
     return out
 
