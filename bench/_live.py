@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench._client import Connection, stamps
-from bench._procs import Proc
+from bench._procs import Proc, machine_busy_s
 from bench._stats import load_avg, ms
 from bench._workload import create_run, events_path
 
@@ -101,7 +101,8 @@ async def _cancel(port: int, run_ids: list[str]) -> None:
 
 async def step(server: Proc, n: int, fake: Proc | None = None) -> dict[str, Any]:
     """Hold ``n`` live streams on ``server`` and measure one window (see the module doc).
-    With ``fake``: also the fake model's and this (client) process's CPU over the window."""
+    With ``fake``: also the fake model's, this (client) process's and the whole machine's
+    CPU over the window."""
     window = _Window()
     body = live_body(RAMP_S + SETTLE_S + WINDOW_S + 5)
     streams = [_Stream() for _ in range(n)]
@@ -143,15 +144,17 @@ async def step(server: Proc, n: int, fake: Proc | None = None) -> dict[str, Any]
         if us_per_frame and frames else None,
         "load_avg": load,
     } | ({"client_cpu_util": round((others1[0] - others0[0]) / wall, 3),
-          "fake_cpu_util": round((others1[1] - others0[1]) / wall, 3)} if fake else {})
+          "fake_cpu_util": round((others1[1] - others0[1]) / wall, 3),
+          "machine_busy": round((others1[2] - others0[2]) / wall, 3)} if fake else {})
 
 
-def _others_cpu_s(fake: Proc | None) -> tuple[float, float]:
-    """(this client process's CPU, the fake model's): where the rest of the machine goes."""
+def _others_cpu_s(fake: Proc | None) -> tuple[float, float, float]:
+    """(this client process's CPU, the fake model's, the whole machine's busy time): where
+    the rest of the machine goes."""
     if fake is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime, fake.cpu_s()
+    return ru.ru_utime + ru.ru_stime, fake.cpu_s(), machine_busy_s()
 
 
 def sustained(steps: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -65,6 +65,14 @@ def tree_cpu_s(root: int) -> float:
     return ticks / TICK
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy (not idle or iowait) since boot:
+    over a window, the whole machine's load, other users' work included."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICK
+
+
 def tree_mem_mb(root: int) -> dict[str, float]:
     """``rss`` (now) and ``hwm`` (each process's peak) summed over the tree, in MiB."""
     rss = hwm = 0
