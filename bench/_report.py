@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._machine import render as _machine
 from bench._procs import ROOT
 from bench._systems import peer_versions
 
@@ -317,14 +318,15 @@ def write(path: Path, rows: list[dict[str, Any]], extras: dict[str, Any], argv: 
     lines += [f"- {v}" for v in verdicts(rows, extras)]
     lines += ["", "## Production path", "", *_table(rows, "production", systems), "",
               "Ratios (agentloop / LangGraph, medians; below 1 is better except runs/s):", "",
-              *_ratios(rows, "production"), "", "## Live streams per core", "", LIVE, "",
+              *_ratios(rows, "production"), "", *_machine(extras.get("machine")),
+              "## Live streams per core", "", LIVE, "",
               *_live_section(extras), "",
               *_transports(extras.get("transports")), *_cluster(extras.get("cluster")),
               "## Micro-benchmark (plain http, one write per reply, keep-alive clients)", "",
               *_table(rows, "micro", systems), "", *_ratios(rows, "micro"), "",
               "## agentloop only", ""]
     for key, fig in extras.items():
-        if not key.startswith("live/") and key not in ("transports", "cluster"):
+        if not key.startswith("live/") and key not in ("transports", "cluster", "machine"):
             lines.append(f"- `{key}`: `{fig}`")
     lines += ["", "Steer: `steer_raw_ms` runs from sending `POST /steer` (at the 20th text delta "
               "of the https model streaming one delta per 33 ms) to the injected user message's "

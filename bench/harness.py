@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/harness.py [--quick] [--runs 200] [--concurrency 50] [--repeat 3]
         [--systems agentloop,agentloop-redis,langgraph] [--skip-peer] [--skip-micro]
-        [--skip-live] [--skip-steer] [--skip-open] [--skip-cluster]
+        [--skip-live] [--skip-steer] [--skip-open] [--skip-cluster] [--skip-machine]
 
 The production path first (the default workload): the fake model serves ``https://`` with a
 certificate from a throw-away CA that every system trusts through ``SSL_CERT_FILE``, paces its
 replies one frame per token ``FRAME_MS`` apart (tool-call arguments in fragments), and every
 run opens a new client connection, as distinct browsers do. Systems are interleaved run by run
 (A B C A B C …, each started fresh per cell and warmed up) and each figure is the median of
-``--repeat`` cells, its range and the load average printed beside it. Then the labelled
+``--repeat`` cells, its range and the load average printed beside it. Then every core of the
+machine: ``agentloop serve --processes 1`` and ``2`` (Redis), runs/s at saturation and live
+streams sustained, with the scaling factor (``bench/_machine.py``). Then the labelled
 micro-benchmark (plain ``http://``, each reply in one write, keep-alive client connections),
 live streams per core on each backend (with a py-spy profile), steer→injected latency and memory
 with 1,000 open runs, and the Redis Cluster column and worker scaling (``bench/cluster.py``).
@@ -36,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make `bench` importable
 from bench import (
     _agentloop_only,
     _live,
+    _machine,
     _open_runs,
     _profile,
     _report,
@@ -216,7 +219,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--open-runs", type=int, default=1000)
     p.add_argument("--live-sizes", default=",".join(map(str, LIVE_SIZES)))
     p.add_argument("--profile-seconds", type=float, default=5.0)
-    for skip in ("micro", "transports", "cluster", "live", "steer", "open"):
+    p.add_argument("--machine-runs", type=int, default=_machine.RUNS,
+                   help="runs per serve --processes throughput cell")
+    p.add_argument("--machine-concurrency", type=int, default=_machine.CONCURRENCY)
+    p.add_argument("--machine-sizes", default=",".join(map(str, _machine.LIVE_SIZES)),
+                   help="live-stream steps at serve --processes 1 and 2")
+    for skip in ("micro", "transports", "cluster", "live", "steer", "open", "machine"):
         p.add_argument(f"--skip-{skip}", action="store_true")
     p.add_argument("--results", type=Path, default=_report.RESULTS,
                    help="where the Markdown report goes ('-' for nowhere)")
@@ -229,6 +237,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         args.runs, args.repeat, args.warmup = 100, 1, 10
         args.steer_runs, args.open_runs = 20, 200
         args.live_sizes = "200,400,600"
+        args.machine_runs, args.machine_sizes = 600, "200,400,600,800,1000"
     args.systems = [s for s in args.systems.split(",") if s]
     for s in args.systems:
         if s not in _systems.SYSTEMS:
@@ -237,6 +246,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         args.systems = [s for s in args.systems if s != "langgraph"]
     args.concurrency = [int(c) for c in args.concurrency.split(",") if c]
     args.live_sizes = [int(n) for n in args.live_sizes.split(",") if n]
+    args.machine_sizes = [int(n) for n in args.machine_sizes.split(",") if n]
     return args
 
 
@@ -253,9 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         _say("installing the peer into bench/.peer/venv (once)")
         _systems.ensure_peer()
     rows = production(args)
+    extras: dict[str, Any] = {}
+    if not args.skip_machine:
+        _say("every core: serve --processes 1 and 2")
+        extras["machine"] = _machine.run(
+            runs=args.machine_runs, concurrency=args.machine_concurrency,
+            sizes=args.machine_sizes, warmup=args.warmup, client_procs=args.client_procs,
+            rounds=args.repeat, say=_say)
+        print(json.dumps(extras["machine"]), flush=True)
     if not args.skip_micro:
         rows += micro(args)
-    extras: dict[str, Any] = {}
     if not args.skip_transports:
         _say("https transports: client CPU per streamed call")
         extras["transports"] = transports(args.quick)
@@ -290,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"wrote {args.results}")
     for line in _report.verdicts(rows, extras):
         _say(line)
+    if "machine" in extras:
+        _say(_machine.summary(extras["machine"]))
     return 0
 
 
