@@ -93,7 +93,8 @@ def _fig() -> dict[str, Any]:
     lag = {"p50": 1.0, "p99": 20.0, "max": 30.0}
     cell = {"processes": 1, "concurrency": 200, "ok": 10, "runs": 10, "runs_per_s": 50.0,
             "server_cpu_ms_per_run": 10.0, "redis_cpu_ms_per_run": 2.0,
-            "first_event_ms": {"p50": 9.0, "p99": 90.0}, "util_per_process": 0.97,
+            "first_event_ms": {"p50": 9.0, "p99": 90.0}, "end_ms": {"p50": 1500.0},
+            "util_per_process": 0.97,
             "cores": {"agentloop": 0.97, "redis": 0.2, "client": 0.3, "fake": 0.2, "sum": 1.67,
                       "machine": 1.8},
             "load_before": 1.0}
