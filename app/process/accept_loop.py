@@ -120,6 +120,9 @@ class BatchAcceptServer(asyncio.AbstractServer):
             await self._loop.connect_accepted_socket(self._factory, conn)
         except OSError:  # the peer went away before its transport existed
             conn.close()
+        except Exception:  # the loop is closing, or the protocol refused: this one only
+            log.exception("a new connection could not be set up")
+            conn.close()
 
 
 class AcceptLoop(uvloop.Loop):

@@ -217,3 +217,35 @@ def test_agentloop_serve_runs_on_it() -> None:
         assert isinstance(loop, AcceptLoop)
     finally:
         loop.close()
+
+
+async def test_a_protocol_that_fails_costs_only_its_connection(
+        caplog: pytest.LogCaptureFixture) -> None:
+    loop = asyncio.get_running_loop()
+    made: list[int] = []
+    second = asyncio.Event()
+
+    def factory() -> asyncio.Protocol:
+        made.append(1)
+        if len(made) == 1:
+            raise RuntimeError("no protocol for this one")
+        second.set()
+        return asyncio.Protocol()
+
+    server = await loop.create_server(factory, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    first = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        async with asyncio.timeout(30):
+            while not made:
+                await asyncio.sleep(0.01)
+        assert first.recv(1) == b""  # closed, not left hanging
+        other = socket.create_connection(("127.0.0.1", port), timeout=30)
+        async with asyncio.timeout(30):
+            await second.wait()
+        other.close()
+    finally:
+        first.close()
+        server.close()
+        await server.wait_closed()
+    assert "could not be set up" in caplog.text
