@@ -285,15 +285,21 @@ def _transports(fig: dict[str, Any] | None) -> list[str]:
     return [*out, ""]
 
 
-def _header(argv: list[str], quick: bool) -> list[str]:
+def measured_now() -> dict[str, str]:
+    """When and at which commit a run measured: kept with its figures, so a report rendered
+    again later (``--render``) still names the code that was measured."""
+    return {"at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sha": git_sha()}
+
+
+def _header(argv: list[str], quick: bool, measured: dict[str, str] | None = None) -> list[str]:
     m, versions = machine(), peer_versions()
+    when = measured or measured_now()
     return ["# Benchmark results: agentloop and LangGraph Server, side by side", "",
             "Written by `bench/harness.py` (`make bench`); numbers are measured, never edited.",
             f"Command: `.venv/bin/python bench/harness.py {' '.join(argv)}`".rstrip()
-            + (" (quick mode)" if quick else "") + " — "
-            + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "",
+            + (" (quick mode)" if quick else "") + " — " + when["at"], "",
             f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['ram']} RAM, Linux {m['kernel']}. "
-            f"Python {m['python']}; agentloop {git_sha()}; "
+            f"Python {m['python']}; agentloop {when['sha']}; "
             + (", ".join(f"{k} {v}" for k, v in versions.items()) or "LangGraph not installed")
             + ".", ""]
 
@@ -354,10 +360,10 @@ def _cluster(cells: list[dict[str, Any]] | None) -> list[str]:
 
 
 def write(path: Path, rows: list[dict[str, Any]], extras: dict[str, Any], argv: list[str],
-          quick: bool = False) -> None:
+          quick: bool = False, measured: dict[str, str] | None = None) -> None:
     systems = list(dict.fromkeys(r["system"] for r in rows))
-    lines = [*_header(argv, quick), WORKLOAD, "", "## Targets (issue 33; issue 11's others kept)",
-             ""]
+    lines = [*_header(argv, quick, measured), WORKLOAD, "",
+             "## Targets (issue 33; issue 11's others kept)", ""]
     lines += [f"- {v}" for v in verdicts(rows, extras)]
     lines += ["", "## Production path", "", *_table(rows, "production", systems), "",
               "Ratios (agentloop / LangGraph, medians; below 1 is better except runs/s):", "",

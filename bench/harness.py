@@ -58,6 +58,16 @@ RAW = OUT / "results.json"
 """Every figure of the last run, as measured (``--render`` writes the report from it)."""
 
 
+def raw_path(results: Path) -> Path:
+    """Where a run keeps its figures for ``--render``: ``bench/out/results.json`` beside the
+    default report, else next to the report asked for (``--results /tmp/x.md`` →
+    ``/tmp/x.json``), so a partial run written elsewhere leaves the default report's figures
+    alone."""
+    if str(results) in ("-", str(_report.RESULTS)) or results.resolve() == _report.RESULTS:
+        return RAW
+    return results.with_suffix(".json")
+
+
 def _say(msg: str) -> None:
     """Progress on stderr: stdout carries only the JSON lines."""
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
@@ -252,12 +262,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    raw = raw_path(args.results)
     if args.render:
-        saved = json.loads(RAW.read_text())
+        saved = json.loads(raw.read_text())
         _report.write(args.results, saved["rows"], saved["extras"], saved["argv"],
-                      quick=saved["quick"])
-        _say(f"wrote {args.results} from {RAW}")
+                      quick=saved["quick"], measured=saved.get("measured"))
+        _say(f"wrote {args.results} from {raw}")
         return 0
+    measured = _report.measured_now()
     _raise_nofile()
     if "langgraph" in args.systems:
         _say("installing the peer into bench/.peer/venv (once)")
@@ -299,11 +311,11 @@ def main(argv: list[str] | None = None) -> int:
         extras["live/relay-floor"] = floor(args.live_sizes)
         print(json.dumps(extras["live/relay-floor"]), flush=True)
     given = sys.argv[1:] if argv is None else argv
-    OUT.mkdir(parents=True, exist_ok=True)
-    RAW.write_text(json.dumps({"rows": rows, "extras": extras, "argv": given,
-                               "quick": args.quick}))
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps({"rows": rows, "extras": extras, "argv": given,
+                               "quick": args.quick, "measured": measured}))
     if str(args.results) != "-":
-        _report.write(args.results, rows, extras, given, quick=args.quick)
+        _report.write(args.results, rows, extras, given, quick=args.quick, measured=measured)
         _say(f"wrote {args.results}")
     for line in _report.verdicts(rows, extras):
         _say(line)

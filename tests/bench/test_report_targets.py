@@ -51,3 +51,18 @@ def test_missing_figures_are_not_judged() -> None:
     out = _lines([_cell("agentloop", 3.0, 10.0, 20.0)], {})
     assert all(v.startswith("n/a") for v in out if "server CPU/run" in v)
     assert any(v.startswith("n/a") and "live streams not measured" in v for v in out)
+
+
+def test_a_run_written_elsewhere_keeps_its_figures_beside_its_report() -> None:
+    from pathlib import Path
+
+    from bench import harness
+
+    assert harness.raw_path(_report.RESULTS) == harness.RAW
+    assert harness.raw_path(Path("/tmp/partial.md")) == Path("/tmp/partial.json")
+
+
+def test_a_report_rendered_again_names_the_measured_commit_and_time() -> None:
+    text = "\n".join(_report._header([], False, {"at": "2026-01-02 03:04 UTC",
+                                                  "sha": "abc1234"}))
+    assert "— 2026-01-02 03:04 UTC" in text and "agentloop abc1234;" in text
