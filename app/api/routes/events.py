@@ -17,12 +17,13 @@ from sse_starlette import EventSourceResponse
 
 from app.api.errors import ApiError, documented
 from app.api.routes.deps import ServicesDep, caller
+from app.api.routes.lean import LeanRoute, bind_run_events, lean
 from app.api.run_view import check_run_id, owned
 from app.delivery.sse import PAGE, event_stream
 from app.store.fresh_runs import FreshRuns
 from app.store.records import TERMINAL
 
-router = APIRouter(tags=["events"])
+router = APIRouter(tags=["events"], route_class=LeanRoute)
 MAX_SEQ = 2**63 - 1
 """Largest seq a client may resume after (a Redis stream id's part is 64-bit)."""
 
@@ -49,6 +50,7 @@ _STREAM = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"
                        204: {"description": "the run has ended and nothing is left after the "
                                             "given position: stop reconnecting"},
                        **documented(401, 404, 422, 503)})
+@lean(bind_run_events)  # every run's stream starts here: bound without FastAPI's handling
 async def run_events(run_id: str, request: Request, svc: ServicesDep,
                      after: Annotated[str | None, Query(description="resume after seq")] = None,
                      token: Annotated[str | None, Query(description="stream token")] = None,

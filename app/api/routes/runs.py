@@ -19,20 +19,21 @@ from app.api.errors import documented
 from app.api.listing import check_cursor, check_status, metadata_filters
 from app.api.pipeline import IDEMPOTENCY_KEY_MAX, RunRequest, submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
-from app.api.routes.strict_json import StrictJsonRoute
+from app.api.routes.lean import LeanRoute, bind_create_run, lean
 from app.api.run_view import load_run, run_object
 from app.api.schemas import CreateRun, Run, RunList
 from app.api.services import Services
 from app.api.thread_view import answer_post
 from app.store.ids import RUN_ID, thread_of_run
 
-router = APIRouter(tags=["runs"], route_class=StrictJsonRoute)
+router = APIRouter(tags=["runs"], route_class=LeanRoute)
 _STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
 
 
 @router.post("/runs", status_code=201, operation_id="createRun", response_model=Run,
              responses={200: {"model": Run, "description": "idempotent repeat"},
                         **documented(400, 401, 403, 404, 409, 413, 415, 422, 503)})
+@lean(bind_create_run)  # every run starts here: bound without FastAPI's generic handling
 async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
                      who: PrincipalDep,
                      idempotency_key: Annotated[str | None, Header(
