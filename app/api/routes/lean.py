@@ -18,7 +18,11 @@ these signatures, in FastAPI's order:
     ─ the endpoint ─ its response model dumped as FastAPI's fast path dumps it, the status and
       headers it set on ``response`` applied
 
-A route whose endpoint has no binder here is handled by FastAPI as before.
+A route whose endpoint has no binder here is handled by FastAPI as before. Measured with the
+route-level handler (``bench/ab_production.py``, 5 rounds): first event p99 0.82× on memory and
+0.71× on Redis, p50 0.97× and 0.81×. ``tests/api/test_lean_routes.py`` sends the same requests
+through this handler and through FastAPI's own for the same route and compares the answers, so
+a FastAPI release that answers differently fails there.
 """
 
 from __future__ import annotations
