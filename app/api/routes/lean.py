@@ -34,10 +34,9 @@ from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from app.api.routes.deps import caller
+from app.api.routes.deps import caller, get_services
 from app.api.routes.strict_json import StrictJsonRequest, StrictJsonRoute
 from app.api.schemas import CreateRun
-from app.api.services import Services
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -53,11 +52,6 @@ def lean(make: Callable[[Callable[..., Any]], Bind]) -> Callable[[Callable[..., 
         _BINDERS[endpoint] = make
         return endpoint
     return register
-
-
-def services(request: Request) -> Services:
-    found: Services = request.app.state.services
-    return found
 
 
 NO_BODY = object()
@@ -129,7 +123,7 @@ def bind_create_run(endpoint: Callable[..., Any]) -> Bind:
     """``POST /runs``: ``(body: CreateRun, response, svc, who, idempotency_key)``."""
     async def bind(request: Request, response: Response) -> Any:
         value = await json_body(request)
-        svc = services(request)
+        svc = await get_services(request)
         who = await caller(svc, request)
         return await endpoint(body=body_model(CreateRun, value), response=response, svc=svc,
                               who=who, idempotency_key=request.headers.get("idempotency-key"))
@@ -142,7 +136,7 @@ def bind_run_events(endpoint: Callable[..., Any]) -> Bind:
     async def bind(request: Request, response: Response) -> Any:
         query = request.query_params
         return await endpoint(run_id=request.path_params["run_id"], request=request,
-                              svc=services(request), after=query.get("after"),
+                              svc=await get_services(request), after=query.get("after"),
                               token=query.get("token"),
                               last_event_id=request.headers.get("last-event-id"))
     return bind
