@@ -26,11 +26,14 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 
 from bench._client import Connection, HTTPError, stamps
+
+T = TypeVar("T")
 
 RUN_BODY = {"model": "openai:fake-model", "input": "add 2 and 3", "tools": ["add"]}
 PEER_BODY = {"assistant_id": "agent",
@@ -163,7 +166,8 @@ RUN_FNS: dict[str, RunFn] = {"agentloop": agentloop_run, "agentloop-redis": agen
                              "langgraph": langgraph_run}
 
 
-def _drive_part(system: str, port: int, runs: int, concurrency: int, fresh: bool) -> Workload:
+def _drive_part(system: str, port: int, runs: int, concurrency: int, *, fresh: bool
+                ) -> Workload:
     return asyncio.run(drive(RUN_FNS[system], port, runs, concurrency, fresh=fresh))
 
 
@@ -177,15 +181,21 @@ def drive_split(system: str, port: int, runs: int, concurrency: int, *, procs: i
     has shut down (``bench._stats.client_cpu_s``)."""
     if procs <= 1:
         return asyncio.run(drive(RUN_FNS[system], port, runs, concurrency, fresh=fresh))
-    runs_of = [runs // procs + (i < runs % procs) for i in range(procs)]
-    conc_of = [max(1, concurrency // procs + (i < concurrency % procs)) for i in range(procs)]
-    ctx = multiprocessing.get_context("fork")  # no event loop runs here between cells
-    t0 = time.monotonic()
-    with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
-        parts = list(pool.map(_drive_part, [system] * procs, [port] * procs, runs_of, conc_of,
-                              [fresh] * procs))
-    out = Workload(wall_s=time.monotonic() - t0)
+    parts = split_across(_drive_part, procs, runs, concurrency, system, port, fresh=fresh)
+    out = Workload(wall_s=max([p.wall_s for p in parts] + [0.0]))
     for part in parts:
         out.records += part.records
-    out.wall_s = max([p.wall_s for p in parts] + [0.0])
     return out
+
+
+def split_across(part: Callable[..., T], procs: int, runs: int, concurrency: int,
+                 *args: Any, **kwargs: Any) -> list[T]:
+    """``part(*args, runs_i, concurrency_i, **kwargs)`` in ``procs`` client processes at
+    once, forked (no event loop runs in the caller between cells), the runs and the
+    concurrency shared out between them (each at least 1): what each returned, in order."""
+    runs_of = [runs // procs + (i < runs % procs) for i in range(procs)]
+    conc_of = [max(1, concurrency // procs + (i < concurrency % procs)) for i in range(procs)]
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(part, *args, n, c, **kwargs) for n, c in zip(runs_of, conc_of,
+                                                                         strict=True)]
+        return [f.result() for f in futures]

@@ -25,41 +25,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import _systems
+from bench import _systems, harness
 from bench._live import FRAME_MS
 from bench._procs import OUT, ROOT, Proc, start_fake
-from bench._stats import Sample, load_avg, row
+from bench._report import _get
 from bench._tls import make_tls
-from bench._workload import drive_split
 
-FIGURES = ("first_event_ms.p50", "first_event_ms.p99", "server_cpu_ms_per_run",
-           "redis_cpu_ms_per_run", "runs_per_s")
-
-
-def _get(cell: dict[str, Any], key: str) -> float | None:
-    head, _, tail = key.partition(".")
-    value = cell.get(head)
-    if tail and isinstance(value, dict):
-        value = value.get(tail)
-    return value if isinstance(value, (int, float)) else None
+FIGURES = (("first_event_ms", "p50"), ("first_event_ms", "p99"),
+           ("server_cpu_ms_per_run", None), ("redis_cpu_ms_per_run", None),
+           ("runs_per_s", None))
 
 
 def _cell(fake: Proc, root: Path, env: dict[str, str], args: argparse.Namespace,
           name: str) -> dict[str, Any]:
     system = "agentloop-redis" if args.redis else "agentloop"
-    load = load_avg()
-    server = _systems.start_agentloop(fake, redis=args.redis, name=f"ab-{name}", root=root,
-                                      extra_env=env)
-    try:
-        drive_split(system, server.port, args.warmup, min(args.concurrency, args.warmup),
-                    procs=1)
-        before = Sample.take(server, fake)
-        work = drive_split(system, server.port, args.runs, args.concurrency,
-                           procs=args.client_procs)
-        after = Sample.take(server, fake)
-        return row(system, args.concurrency, work, before, after, server) | {"load_before": load}
-    finally:
-        server.stop()
+    return harness.measure_cell(
+        system, fake, args.runs, args.concurrency, args.warmup, 0, fresh=True,
+        client_procs=args.client_procs,
+        start=lambda: _systems.start_agentloop(fake, redis=args.redis, name=f"ab-{name}",
+                                               root=root, extra_env=env))
 
 
 def _pairs(values: list[str]) -> dict[str, str]:
@@ -104,16 +88,17 @@ def main(argv: list[str] | None = None) -> None:
 
 def _summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in FIGURES:
+    for key, sub in FIGURES:
         pairs = [(b, n) for r in rounds
-                 if (b := _get(r["base"], key)) is not None and (n := _get(r["new"], key))
-                 is not None]
+                 if (b := _get(r["base"], key, sub)) is not None
+                 and (n := _get(r["new"], key, sub)) is not None]
         if not pairs:
             continue
-        out[key] = {"base_median": statistics.median(b for b, _ in pairs),
-                    "new_median": statistics.median(n for _, n in pairs),
-                    "ratios": [round(n / b, 3) if b else None for b, n in pairs],
-                    "ratio_median": round(statistics.median(n / b for b, n in pairs if b), 3)}
+        name = key + (f".{sub}" if sub else "")
+        out[name] = {"base_median": statistics.median(b for b, _ in pairs),
+                     "new_median": statistics.median(n for _, n in pairs),
+                     "ratios": [round(n / b, 3) if b else None for b, n in pairs],
+                     "ratio_median": round(statistics.median(n / b for b, n in pairs if b), 3)}
     return out
 
 

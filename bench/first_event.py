@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from bench._procs import OUT, Proc, start_fake
 from bench._stats import load_avg, ms
 from bench._systems import start_agentloop
 from bench._tls import make_tls
-from bench._workload import RUN_BODY, create_run, events_path
+from bench._workload import RUN_BODY, create_run, events_path, split_across
 
 PHASES = ("connect", "create", "headers", "first")
 
@@ -104,10 +103,7 @@ def _split_load(port: int, runs: int, concurrency: int, procs: int) -> _Phases:
     loop), the runs and concurrency split between them, the phases merged."""
     if procs <= 1:
         return _load_part(port, runs, concurrency)
-    runs_of = [runs // procs + (i < runs % procs) for i in range(procs)]
-    conc_of = [max(1, concurrency // procs + (i < concurrency % procs)) for i in range(procs)]
-    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = list(pool.map(_load_part, [port] * procs, runs_of, conc_of))
+    parts = split_across(_load_part, procs, runs, concurrency, port)
     out = _Phases()
     for part in parts:
         for name in PHASES:

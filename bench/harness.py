@@ -29,6 +29,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +81,13 @@ def _raise_nofile() -> None:
 
 
 def measure_cell(system: str, fake: Proc, runs: int, concurrency: int, warmup: int,
-                 peer_jobs: int, *, fresh: bool, client_procs: int = 1) -> dict[str, Any]:
-    """Start ``system`` fresh, warm it up, measure ``runs`` at ``concurrency`` from
-    ``client_procs`` client processes, stop it."""
+                 peer_jobs: int, *, fresh: bool, client_procs: int = 1,
+                 start: Callable[[], Proc] | None = None) -> dict[str, Any]:
+    """Start ``system`` fresh (with ``start`` when given: another tree, other settings), warm
+    it up, measure ``runs`` at ``concurrency`` from ``client_procs`` client processes, stop
+    it."""
     load = load_avg()
-    server = _systems.start_system(system, fake, peer_jobs)
+    server = start() if start is not None else _systems.start_system(system, fake, peer_jobs)
     try:
         run_fn = RUN_FNS[system]
         if warmup:
