@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from app.engine.events import ApprovalDecided
-from app.store import Backend, make_backend
+from app.store import Backend
 from app.store.records import Answer, RunRecord
 from tests.engine.harness import events, new_record, wait_end
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
 from tests.support.redis_server import redis_server_url, redis_url
+from tests.support.stores import started_backend
 
 __all__ = ["redis_server_url", "redis_url"]
 pytestmark = pytest.mark.timeout(120)
@@ -26,10 +27,8 @@ STARTUP = 60.0
 
 @pytest.fixture
 async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=1.0)
-    await b.start()
-    yield b
-    await b.close()
+    async with started_backend(redis_url, lease=1.0) as b:
+        yield b
 
 
 async def wait_parked(backend: Backend, run_id: str) -> RunRecord:

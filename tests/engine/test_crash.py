@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from app.store import Backend, make_backend
+from app.store import Backend
 from tests.engine.harness import events, new_record, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_alive, wait_line
 from tests.engine.resumable import assert_clean_log
 from tests.support.redis_cluster import is_cluster
+from tests.support.stores import started_backend
 
 pytestmark = pytest.mark.timeout(240)
 LEASE = 3.0
@@ -33,10 +34,8 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def rbackend(store_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(store_url, lease=LEASE, cluster=is_cluster(store_url))
-    await b.start()
-    yield b
-    await b.close()
+    async with started_backend(store_url, lease=LEASE, cluster=is_cluster(store_url)) as b:
+        yield b
 
 
 async def wait_tool_start(backend: Backend, run_id: str, name: str) -> None:

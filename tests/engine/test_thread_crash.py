@@ -15,23 +15,22 @@ import orjson
 import pytest
 
 from app.engine.events import RunCreated, json_bytes
-from app.store import Backend, make_backend
+from app.store import Backend
 from app.store.ids import new_thread_id, new_thread_run_id
 from app.store.records import RunRecord
 from app.store.thread_records import ThreadPost, ThreadRecord
 from providers.messages import UserMessage
 from tests.engine.harness import events, wait_end, wait_event
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
+from tests.support.stores import started_backend
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
 async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=1.0)
-    await b.start()
-    yield b
-    await b.close()
+    async with started_backend(redis_url, lease=1.0) as b:
+        yield b
 
 
 def post(thread_id: str, text: str) -> ThreadPost:

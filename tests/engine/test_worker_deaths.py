@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from app.engine.events import json_bytes
-from app.store import Backend, RunRecord, make_backend
+from app.store import Backend, RunRecord
 from app.worker.attempts import judge, settled
 from providers.fake import FakeProvider
 from providers.messages import (
@@ -28,6 +28,7 @@ from providers.messages import (
 from tests.engine import scripted
 from tests.engine.harness import events, new_record, wait_end, wait_event, worker
 from tests.engine.processes import spawn_worker, stop_all, wait_consumer
+from tests.support.stores import started_backend
 
 pytestmark = pytest.mark.timeout(300)
 MAX_ATTEMPTS = 2
@@ -42,10 +43,8 @@ room for the innocent run's worker."""
 
 @pytest.fixture
 async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=1.0)
-    await b.start()
-    yield b
-    await b.close()
+    async with started_backend(redis_url, lease=1.0) as b:
+        yield b
 
 
 def spawn(redis_url: str, tmp_path: Path, name: str) -> subprocess.Popen[bytes]:

@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from app.store import Backend, make_backend
+from app.store import Backend
 from tests.api.conftest import Api, serve
 from tests.engine.processes import spawn_worker, stop_all
 from tests.ops import trace_scripted
 from tests.ops.conftest import redis_backend
 from tests.support.otlp_receiver import OtlpReceiver, Span
+from tests.support.stores import started_backend
 
 pytestmark = pytest.mark.timeout(120)
 TRACE_ID, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -36,10 +37,8 @@ WITHIN = 60.0
 
 @pytest.fixture
 async def rbackend(redis_url: str) -> AsyncIterator[Backend]:
-    b = make_backend(redis_url, lease=3.0)
-    await b.start()
-    yield b
-    await b.close()
+    async with started_backend(redis_url, lease=3.0) as b:
+        yield b
 
 
 def otel_env(receiver: OtlpReceiver) -> dict[str, str]:
