@@ -20,7 +20,7 @@ import pytest
 import uvloop
 
 from app.process import accept_loop
-from app.process.accept_loop import ACCEPT_BATCH, AcceptLoop, BatchAcceptServer, new_event_loop
+from app.process.accept_loop import ACCEPT_BATCH, AcceptLoop, BatchAcceptServer
 
 BURST = 50
 
@@ -209,10 +209,14 @@ async def test_out_of_descriptors_pauses_accepting_then_resumes(
 
 
 def test_agentloop_serve_runs_on_it() -> None:
+    """The loop uvicorn builds from the config ``serve`` (and each ``--processes`` child)
+    gives it."""
     from app.process import cli
 
-    assert cli.ACCEPT_LOOP == "app.process.accept_loop:new_event_loop"
-    loop = new_event_loop()
+    config = cli.uvicorn_config(lambda *a: None, "127.0.0.1", 0)  # type: ignore[arg-type]
+    factory = config.get_loop_factory()
+    assert factory is not None
+    loop = factory()
     try:
         assert isinstance(loop, AcceptLoop)
     finally:
