@@ -104,6 +104,7 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
     """PASS/MISS per target of issue 33 (and those of issue 11 it kept), or why it could not
     be judged."""
     peer = cells(rows, "production", "langgraph")
+    floor = median(cells(rows, "production", "relay-floor"), "server_cpu_ms_per_run")
     for system in ("agentloop", "agentloop-redis"):
         mine = cells(rows, "production", system)
         a, b = median(mine, "server_cpu_ms_per_run"), median(peer, "server_cpu_ms_per_run")
@@ -111,7 +112,9 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
             yield _say(None if a is None or b is None else a <= share * b,
                        f"{system}: server CPU/run {a} ms ≤ {share}× LangGraph's {b} ms (ratio "
                        f"{_ratio(a, b)}; production path, medians"
-                       + ("; redis-server included" if system.endswith("redis") else "") + ")")
+                       + ("; redis-server included" if system.endswith("redis") else "")
+                       + (f"; {_ratio(a, floor)} the relay floor's {floor} ms, which is "
+                          f"{_ratio(floor, b)} LangGraph's" if floor and b else "") + ")")
         p50, p99 = median(mine, "first_event_ms", "p50"), median(mine, "first_event_ms", "p99")
         t50, t99 = FIRST_EVENT_TARGET_MS
         yield _say(None if p50 is None or p99 is None else p50 <= t50 and p99 <= t99,
@@ -217,13 +220,15 @@ def _ratios(rows: list[dict[str, Any]], workload: str) -> list[str]:
             ("first event p50", "first_event_ms", "p50"),
             ("first event p99", "first_event_ms", "p99"), ("lag p99", "lag_ms", "p99"),
             ("end p50", "end_ms", "p50"), ("peak RSS", "peak_rss_mb", None)]
-    peer = cells(rows, workload, "langgraph")
     out = ["| system | " + " | ".join(k for k, _, _ in keys) + " |", "|---|" + "---|" * len(keys)]
-    for system in ("agentloop", "agentloop-redis"):
-        mine = cells(rows, workload, system)
-        if mine and peer:
-            out.append(f"| {system} / langgraph | " + " | ".join(
-                _ratio(median(mine, k, s), median(peer, k, s)) for _, k, s in keys) + " |")
+    for base in ("langgraph", "relay-floor"):
+        peer = cells(rows, workload, base)
+        for system in ("agentloop", "agentloop-redis", *(("relay-floor",) if base == "langgraph"
+                                                          else ())):
+            mine = cells(rows, workload, system)
+            if mine and peer:
+                out.append(f"| {system} / {base} | " + " | ".join(
+                    _ratio(median(mine, k, s), median(peer, k, s)) for _, k, s in keys) + " |")
     return out
 
 
@@ -323,7 +328,11 @@ WORKLOAD = (
     "micro-benchmark, where it measured best; no reload), prebuilt `create_react_agent`, stateless "
     "`POST /runs/stream` with `stream_mode=[\"messages\"]`. Server CPU is user+system of the "
     "server's process tree from /proc (plus redis-server's for agentloop-redis); \"model calls / "
-    "connections\" counts requests and connections (TLS handshakes) the fake model accepted.")
+    "connections\" counts requests and connections (TLS handshakes) the fake model accepted. "
+    "`relay-floor` (production path only) is `bench/relay_floor.py` doing the same run: "
+    "the two model requests on pooled https connections, each model frame relayed as one SSE "
+    "frame, a canned tool result between them; no JSON, no log, no tasks per frame — the least "
+    "any Python server on uvloop spends on the run.")
 LIVE = (
     "Live streams: N runs at once, each streaming text at ~30 frames/s from the https fake "
     "model to its own SSE client (its own connection), created over 3 s, measured over a 6 s "

@@ -26,7 +26,10 @@ PEER_REQUIREMENTS = ["langgraph-cli[inmem]==0.4.40", "langgraph-api==0.16.7",
                      "langchain-openai==1.7.4", "langchain-core==1.8.3"]
 PEER_JOBS_PER_WORKER = 10  # `langgraph dev` runs one run at a time without it; 10 was its best
 AGENTLOOP_SYSTEMS = ("agentloop", "agentloop-redis")
-SYSTEMS = (*AGENTLOOP_SYSTEMS, "langgraph")
+FLOOR = "relay-floor"
+"""``bench/relay_floor.py`` on the production path: the least any Python server spends on
+the run (https only: it has no micro-benchmark cell)."""
+SYSTEMS = (*AGENTLOOP_SYSTEMS, "langgraph", FLOOR)
 QUIET_ENV = {"LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
              "LANGSMITH_TRACING_V2": "false", "LANGCHAIN_TRACING_V2": "false",
              "LANGCHAIN_TRACING": "false", "LANGSMITH_API_KEY": "", "LANGCHAIN_API_KEY": "",
@@ -135,6 +138,10 @@ def start_langgraph(fake: Proc, jobs_per_worker: int = PEER_JOBS_PER_WORKER) -> 
 def start_system(system: str, fake: Proc, peer_jobs: int = PEER_JOBS_PER_WORKER) -> Proc:
     if system == "langgraph":
         return start_langgraph(fake, peer_jobs)
+    if system == FLOOR:
+        from bench.relay_floor import start_relay
+
+        return start_relay(fake)  # type: ignore[no-any-return]
     return start_agentloop(fake, redis=system == "agentloop-redis")
 
 

@@ -163,7 +163,7 @@ async def drive(run_fn: RunFn, port: int, runs: int, concurrency: int, *, fresh:
 
 
 RUN_FNS: dict[str, RunFn] = {"agentloop": agentloop_run, "agentloop-redis": agentloop_run,
-                             "langgraph": langgraph_run}
+                             "langgraph": langgraph_run, "relay-floor": agentloop_run}
 
 
 def _drive_part(system: str, port: int, runs: int, concurrency: int, *, fresh: bool

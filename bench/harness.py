@@ -1,13 +1,16 @@
 """agentloop against LangGraph Server, side by side in one invocation, on one fake model.
 
     .venv/bin/python bench/harness.py [--quick] [--runs 200] [--concurrency 50] [--repeat 3]
-        [--systems agentloop,agentloop-redis,langgraph] [--skip-peer] [--skip-micro]
+        [--systems agentloop,agentloop-redis,langgraph,relay-floor] [--skip-peer]
+        [--skip-micro]
         [--skip-live] [--skip-steer] [--skip-open] [--skip-cluster] [--skip-machine]
 
 The production path first (the default workload): the fake model serves ``https://`` with a
 certificate from a throw-away CA that every system trusts through ``SSL_CERT_FILE``, paces its
 replies one frame per token ``FRAME_MS`` apart (tool-call arguments in fragments), and every
-run opens a new client connection, as distinct browsers do. Systems are interleaved run by run
+run opens a new client connection, as distinct browsers do. ``relay-floor`` beside them is
+``bench/relay_floor.py`` doing the same run with nothing but the relaying (the least any Python
+server spends on it). Systems are interleaved run by run
 (A B C A B C …, each started fresh per cell and warmed up) and each figure is the median of
 ``--repeat`` cells, its range and the load average printed beside it. Then every core of the
 machine: ``agentloop serve --processes 1`` and ``2`` (Redis), runs/s at saturation and live
@@ -141,7 +144,7 @@ def micro(args: argparse.Namespace) -> list[dict[str, Any]]:
     fake = start_fake()
     try:
         return [_cell(system, fake, args, max(args.concurrency), fresh=False, label="micro")
-                for system in args.systems]
+                for system in args.systems if system != _systems.FLOOR]
     finally:
         fake.stop()
 

@@ -13,6 +13,14 @@ encode, append, fan out); the floor itself is the event loop, the kernel and TLS
 
 Each round runs one live step on the relay and one on ``agentloop serve`` (memory backend),
 alternating which goes first, and prints server CPU µs per delivered frame for both.
+
+The relay is also the floor of the production path (``make bench``'s ``relay-floor`` system):
+when the model's reply picks a tool (``finish_reason: tool_calls``), it sends the second
+request itself with a canned tool result and relays that reply too, so one run costs what the
+least a tool loop can do costs: two https model requests on pooled connections, ~45 model
+frames relayed, ``POST /runs`` and the event stream on a new client connection. Between the
+replies it sends ``tool_execution_end`` and at the end ``agent_end`` (``stop_reason: stop``),
+which is what the benchmark's client checks.
 """
 
 from __future__ import annotations
@@ -42,6 +50,21 @@ def _reply(status: int, body: bytes, ctype: bytes = b"application/json") -> byte
         status, ctype, len(body), body)
 
 
+_PICKS_TOOL = b'"finish_reason":"tool_calls"'
+_TOOL_END = b'event: tool_execution_end\ndata: {"is_error":false}\n\n'
+_AGENT_END = b'event: agent_end\ndata: {"stop_reason":"stop"}\n\n'
+
+
+def _second_body(prompt: str) -> bytes:
+    """The request after the tool ran: the pick and its result (the fake answers in text)."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    return json.dumps({"model": "fake-model", "stream": True, "messages": [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"}]}).encode()
+
+
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
@@ -55,6 +78,7 @@ class _Model(asyncio.Protocol):
         self.client: _Client | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.buf = b""
+        self.asked = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -68,13 +92,24 @@ class _Model(asyncio.Protocol):
         client = self.client
         for event in events:
             if client is not None and event.startswith(b"data: "):
-                client.model_event(event[6:])
+                client.model_event(event[6:], self)
+
+    def send(self, path: bytes, host: str, body: bytes) -> None:
+        """One request; its reply goes to ``client`` (the same for a second request)."""
+        assert self.transport is not None
+        self.asked += 1
+        self.transport.write(b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json"
+                             b"\r\ncontent-length: %d\r\n\r\n%s" % (
+                                 path, host.encode(), len(body), body))
 
     def on_message_complete(self) -> None:
+        self.asked -= 1
+        self.parser = httptools.HttpResponseParser(self)
+        if self.asked > 0:  # the tool loop's second request is out: its reply is next
+            return
         client, self.client = self.client, None
         if client is not None:
             client.model_done()
-        self.parser = httptools.HttpResponseParser(self)
         self.buf = b""
         self.relay.idle.append(self)
 
@@ -94,6 +129,9 @@ class _Client(asyncio.Protocol):
         self.url = b""
         self.body: list[bytes] = []
         self.model: _Model | None = None
+        self.prompt = ""
+        self.picked = False
+        """The reply being relayed picks a tool: its end asks the model again."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -141,13 +179,19 @@ class _Client(asyncio.Protocol):
         else:
             write(_reply(404, b"{}"))
 
-    def model_event(self, data: bytes) -> None:
+    def model_event(self, data: bytes, model: _Model) -> None:
         if self.transport is None:
             return
-        if data == b"[DONE]":
-            self.transport.write(_chunk(b"event: agent_end\ndata: {}\n\n") + b"0\r\n\r\n")
-        else:
+        if data != b"[DONE]":
+            if _PICKS_TOOL in data:
+                self.picked = True
             self.transport.write(_chunk(b"event: message_update\ndata: " + data + b"\n\n"))
+        elif self.picked:  # the tool "ran": ask again with its result on the same connection
+            self.picked = False
+            self.transport.write(_chunk(_TOOL_END))
+            model.send(self.relay.path, self.relay.host, _second_body(self.prompt))
+        else:
+            self.transport.write(_chunk(_AGENT_END) + b"0\r\n\r\n")
 
     def model_done(self) -> None:
         self.model = None
@@ -187,14 +231,11 @@ class _Relay:
                                                     ssl=self.tls, server_hostname=self.host)
         body = json.dumps({"model": "fake-model", "stream": True,
                            "messages": [{"role": "user", "content": prompt}]}).encode()
-        model.client, client.model = client, model
+        model.client, client.model, client.prompt = client, model, prompt
         run_id = next((r for r, p in self.runs.items() if p is prompt), None)
         if run_id is not None:
             self.streams[run_id] = model
-        assert model.transport is not None
-        model.transport.write(b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json"
-                              b"\r\ncontent-length: %d\r\n\r\n%s" % (
-                                  self.path, self.host.encode(), len(body), body))
+        model.send(self.path, self.host, body)
 
 
 async def _serve(port: int, model_url: str) -> None:

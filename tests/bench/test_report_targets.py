@@ -47,6 +47,16 @@ def test_each_target_passes_or_misses_on_its_own_figure() -> None:
     assert floor[1].startswith("MISS")  # 45 > 37.5
 
 
+def test_cpu_per_run_is_read_against_the_production_floor_too() -> None:
+    rows = [_cell("langgraph", 40.0, 1000, 1100), _cell("agentloop", 8.0, 12.0, 41.0),
+            _cell("relay-floor", 2.0, 5.0, 40.0)]
+    cpu = [v for v in _lines(rows, {}) if "server CPU/run" in v]
+    assert cpu[0].startswith("MISS agentloop:")  # 8.0 > 4.0
+    assert "4.00× the relay floor's 2.0 ms, which is 0.05× LangGraph's" in cpu[0]
+    table = "\n".join(_report._ratios(rows, "production"))
+    assert "| relay-floor / langgraph | " in table and "| agentloop / relay-floor | " in table
+
+
 def test_missing_figures_are_not_judged() -> None:
     out = _lines([_cell("agentloop", 3.0, 10.0, 20.0)], {})
     assert all(v.startswith("n/a") for v in out if "server CPU/run" in v)
