@@ -74,10 +74,10 @@ async def create_run(conn: Connection, body: dict[str, object]) -> dict[str, obj
     return run
 
 
-async def agentloop_run(conn: Connection) -> RunRecord:
+async def agentloop_run(conn: Connection, body: dict[str, object] = RUN_BODY) -> RunRecord:
     rec = RunRecord()
     t0 = time.monotonic()
-    run = await create_run(conn, RUN_BODY)
+    run = await create_run(conn, body)
     tool_ok = False
     async for ev in conn.events("GET", events_path(str(run["events_url"]))):
         rec.events += 1

@@ -5,7 +5,9 @@
 Script, per request: if the last message is not a tool result, the answer is one tool call
 ``add({"a": 2, "b": 3})`` with its arguments split over several chunks (``finish_reason:
 tool_calls``); otherwise it is 40 text deltas and ``finish_reason: stop``. ``deltas=N`` in the
-first user message asks for N text deltas straight away (the live-streams workload).
+first user message asks for N text deltas straight away (the live-streams workload);
+``answer=N`` keeps the tool call first and makes the answer after it N text deltas
+(``bench/instructions.py`` splits a run's cost into its fixed and per-frame parts with it).
 Streaming requests get SSE (``data: {chunk}`` frames, a usage chunk when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``); other requests get one
 ``chat.completion`` object. ``GET /v1/models`` lists the one model; ``GET /stats`` counts the
@@ -58,6 +60,7 @@ _ids = itertools.count(1)
 
 WORDS = ["The", " sum", " of", " 2", " and", " 3", " is", " 5."]
 _DELTAS = re.compile(r"deltas=(\d{1,6})")
+_ANSWER = re.compile(r"answer=(\d{1,6})")
 
 
 def text_pieces(n: int = TEXT_DELTAS) -> list[str]:
@@ -72,16 +75,19 @@ def wants_text(body: dict[str, Any]) -> bool:
     return messages[-1].get("role") == "tool" or _asked_deltas(body) is not None
 
 
-def _asked_deltas(body: dict[str, Any]) -> int | None:
+def _asked_deltas(body: dict[str, Any], pattern: re.Pattern[str] = _DELTAS) -> int | None:
     first = next((m for m in body.get("messages") or [] if m.get("role") == "user"), {})
     content = first.get("content")
-    found = _DELTAS.search(content) if isinstance(content, str) else None
+    found = pattern.search(content) if isinstance(content, str) else None
     return int(found.group(1)) if found else None
 
 
 def text_deltas(body: dict[str, Any]) -> int:
-    """``deltas=N`` in the first user message, else ``TEXT_DELTAS``."""
-    return _asked_deltas(body) or TEXT_DELTAS
+    """``deltas=N`` (or ``answer=N``) in the first user message, else ``TEXT_DELTAS``."""
+    for pattern in (_DELTAS, _ANSWER):
+        if (asked := _asked_deltas(body, pattern)) is not None:
+            return asked
+    return TEXT_DELTAS
 
 
 def _chunk(cid: str, created: int, delta: dict[str, Any] | None, finish: str | None,

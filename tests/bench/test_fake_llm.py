@@ -76,6 +76,22 @@ def test_text_stream_after_tool_result(base_url: str) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_answer_n_keeps_the_tool_call_and_sizes_the_answer(base_url: str) -> None:
+    """``answer=N``: the same two calls, the answer N text deltas (``bench/instructions.py``)."""
+    first = [{"role": "user", "content": "add 2 and 3 answer=3"}]
+    picked = _stream(base_url, first)
+    assert picked[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    then = [*first, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
+    for n in (0, 3):
+        then[0]["content"] = f"add 2 and 3 answer={n}"
+        chunks = _stream(base_url, then)
+        texts = [c["choices"][0]["delta"].get("content") for c in chunks[:-1]]
+        assert len(texts) == n and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
 def test_non_stream_and_models(base_url: str) -> None:
     resp = httpx.post(f"{base_url}/chat/completions",
                       json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]})
