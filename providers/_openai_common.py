@@ -25,6 +25,7 @@ import httpx
 import orjson
 
 from providers._http import RetryPolicy, body_chunks
+from providers._prepared import PreparedPost
 from providers._sse import SSEEvent, iter_sse
 from providers._stream_guard import guarded_stream
 from providers.base import ResponseFormat
@@ -97,6 +98,11 @@ class SSEEndpoint:
     api_key: str | None = field(repr=False)
     retry: RetryPolicy
     timeout: httpx.Timeout | None
+    post: PreparedPost = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "post", PreparedPost(self.client, self.url,
+                                                      auth_headers(self.api_key), self.timeout))
 
     def stream(self, label: str, model: str, body: Callable[[], Awaitable[object]],
                parser: StreamParser) -> AsyncIterator[ProviderEvent]:
@@ -106,10 +112,7 @@ class SSEEndpoint:
         that cannot be built or encoded is an ``error`` event too.
         """
         async def build() -> httpx.Request:
-            return self.client.build_request(
-                "POST", self.url, content=orjson.dumps(await body()),
-                headers=auth_headers(self.api_key),
-                timeout=self.timeout or httpx.USE_CLIENT_DEFAULT)
+            return self.post.build(orjson.dumps(await body()))
 
         return guarded_stream(label=label, model=model, client=self.client, build=build,
                               retry=self.retry, decoder=SSEParserDecoder(parser))

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import certifi
 import httpx
 
+from providers._prepared import ProviderClient
 from providers._transport import LeanHTTP1Transport
 
 
@@ -126,5 +127,5 @@ def provider_client(env: Mapping[str, str], *, http2: bool, timeout: httpx.Timeo
     for pattern, proxy in proxy_patterns(env).items():
         mounts[pattern] = direct if proxy is None else httpx.AsyncHTTPTransport(
             proxy=proxy, verify=ssl_context(env), http2=http2, limits=limits, trust_env=False)
-    return httpx.AsyncClient(transport=direct, mounts=mounts, timeout=timeout, limits=limits,
-                             trust_env=False)
+    return ProviderClient(transport=direct, mounts=mounts, timeout=timeout, limits=limits,
+                          trust_env=False)
