@@ -44,6 +44,7 @@ from providers._alternate import alternate, non_empty
 from providers._anthropic_stream import AnthropicDecoder
 from providers._http import RetryPolicy
 from providers._output_format import system_with
+from providers._prepared import PreparedPost
 from providers._stream_guard import guarded_stream
 from providers._tool_ids import safe_tool_id
 from providers.attachment_fetch import AttachmentFetcher
@@ -85,6 +86,9 @@ class AnthropicProvider:
         self._api_key = api_key
         self._retry = retry or RetryPolicy()
         self._fetcher = fetcher or AttachmentFetcher()
+        self._post = PreparedPost(client, self._url, {
+            "x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION,
+            "content-type": "application/json", "accept": "text/event-stream"}, None)
 
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicProvider(url={self._url!r})"
@@ -94,10 +98,7 @@ class AnthropicProvider:
         async def build() -> httpx.Request:
             messages = await inline_urls(request.messages, self._fetcher.inline, passes_url)
             body = build_body(dataclasses.replace(request, messages=messages))
-            return self._client.build_request(
-                "POST", self._url, content=orjson.dumps(body),
-                headers={"x-api-key": self._api_key, "anthropic-version": ANTHROPIC_VERSION,
-                         "content-type": "application/json", "accept": "text/event-stream"})
+            return self._post.build(orjson.dumps(body))
 
         return guarded_stream(label=self.name, model=request.model, client=self._client,
                               build=build, retry=self._retry, decoder=AnthropicDecoder())

@@ -51,6 +51,7 @@ from providers._alternate import alternate, non_empty
 from providers._gemini_stream import GeminiDecoder
 from providers._http import RetryPolicy
 from providers._output_format import system_with
+from providers._prepared import PreparedPost
 from providers._stream_guard import guarded_stream
 from providers.attachment_fetch import AttachmentFetcher
 from providers.attachments import PDF, TEXT_TYPES, Accepts, inline_urls, left_out
@@ -73,6 +74,8 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 PASSTHROUGH_GENERATION = ("thinkingConfig", "topP", "topK", "stopSequences", "seed")
 _Json = dict[str, Any]
 ACCEPTS = Accepts(images=True, urls=True, documents=frozenset({PDF}) | TEXT_TYPES)
+MAX_PREPARED = 64
+"""Models whose prepared POST a provider keeps (past it they are prepared again)."""
 _INLINE_TYPES = {"text/markdown": "text/plain"}
 
 
@@ -91,22 +94,31 @@ class GeminiProvider:
         self._api_key = api_key
         self._retry = retry or RetryPolicy()
         self._fetcher = fetcher or AttachmentFetcher()
+        self._posts: dict[str, PreparedPost] = {}
+        """model → its prepared POST (a deployment names a handful of models)."""
 
     def __repr__(self) -> str:  # never show the key
         return f"GeminiProvider(base_url={self._base_url!r})"
 
+    def _post(self, model: str) -> PreparedPost:
+        post = self._posts.get(model)
+        if post is None:
+            if len(self._posts) >= MAX_PREPARED:
+                self._posts.clear()
+            url = f"{self._base_url}/v1beta/models/{model}:streamGenerateContent?alt=sse"
+            post = self._posts[model] = PreparedPost(self._client, url, {
+                "x-goog-api-key": self._api_key, "content-type": "application/json",
+                "accept": "text/event-stream"}, None)
+        return post
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream the reply to ``request`` (see ``providers.base.Provider``)."""
-        model = quote(request.model.removeprefix("models/"), safe="")
-        url = f"{self._base_url}/v1beta/models/{model}:streamGenerateContent"
+        post = self._post(quote(request.model.removeprefix("models/"), safe=""))
 
         async def build() -> httpx.Request:
             messages = await inline_urls(request.messages, self._fetcher.inline, _never)
             body = build_body(dataclasses.replace(request, messages=messages))
-            return self._client.build_request(
-                "POST", url, params={"alt": "sse"}, content=orjson.dumps(body),
-                headers={"x-goog-api-key": self._api_key, "content-type": "application/json",
-                         "accept": "text/event-stream"})
+            return post.build(orjson.dumps(body))
 
         return guarded_stream(label=self.name, model=request.model, client=self._client,
                               build=build, retry=self._retry, decoder=GeminiDecoder())
