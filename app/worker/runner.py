@@ -132,6 +132,7 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
         if trace is not None:
             trace.end(parked=parked, error=crashed)
         metrics.ACTIVE_RUNS.dec()
+        sink.report_written()
         if not sink.task.done():
             sink.task.cancel()
 

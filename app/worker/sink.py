@@ -64,6 +64,8 @@ from app.telemetry.trace_seam import Trace
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRY_MAX = 1.0
+REPORT_EVERY = 1.0
+"""Seconds between a streaming run's updates of the events-written counter."""
 
 
 class AppendsNow(Protocol):
@@ -131,6 +133,10 @@ class EventSink:
         self._failed: BaseException | None = None
         self._retry: EventBatch | None = None
         self._stopped = False
+        self._unreported = 0
+        """Events written since ``EVENTS_WRITTEN`` last counted them (it is counted at most
+        every ``REPORT_EVERY`` s while streaming, and at the end: not once per frame)."""
+        self._report_at = 0.0
         self.task: asyncio.Task[None] = asyncio.create_task(self._writer(),
                                                             name=f"sink-{run_id}")
 
@@ -172,6 +178,7 @@ class EventSink:
         if not self.task.done():
             self.task.cancel()
         await self._after_inflight()
+        self.report_written()
 
     async def close(self, **final: Any) -> None:
         """Write everything still buffered (with ``final`` fields) and stop the writer.
@@ -180,7 +187,10 @@ class EventSink:
         self._closing = True
         self._hurry.set()
         self._wake.set()
-        await self.task
+        try:
+            await self.task
+        finally:
+            self.report_written()
 
     def _kick(self) -> None:
         """Have what is buffered written: in place at the end of this loop step when the
@@ -324,7 +334,16 @@ class EventSink:
         if batch.token in self._settling:
             self._settling.discard(batch.token)
             self.settled.set()
-        metrics.EVENTS_WRITTEN.inc(len(batch.events))
+        self._unreported += len(batch.events)
+        if self._loop.time() >= self._report_at:
+            self.report_written()
+
+    def report_written(self) -> None:
+        """Count the events written since the last report in ``EVENTS_WRITTEN``."""
+        if self._unreported:
+            metrics.EVENTS_WRITTEN.inc(self._unreported)
+            self._unreported = 0
+        self._report_at = self._loop.time() + REPORT_EVERY
 
     async def _write(self, batch: EventBatch) -> None:
         delay = 0.05

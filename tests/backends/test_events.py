@@ -91,6 +91,19 @@ async def test_wait_events_wakes_on_append_and_times_out(backend: Backend) -> No
     assert [e.seq for e in await backend.wait_events(claim.run_id, 0, timeout=1)] == [1]
 
 
+async def test_each_append_wakes_the_readers_waiting_then(backend: Backend) -> None:
+    """A reader woken by one append and waiting again is woken by the next (the memory
+    backend makes the event a wait sleeps on only when someone waits)."""
+    claim = await created_and_claimed(backend)
+    await backend.append_events(claim.run_id, 1, batch("a"))  # nobody waiting
+    for seq in (2, 3):
+        waiter = asyncio.create_task(backend.wait_events(claim.run_id, seq - 1, timeout=5))
+        await asyncio.sleep(0.02)
+        assert not waiter.done()
+        await backend.append_events(claim.run_id, 1, batch("b"))
+        assert [e.seq for e in await asyncio.wait_for(waiter, 5)] == [seq]
+
+
 async def test_the_first_event_is_written_with_the_run(backend: Backend) -> None:
     from app.engine.events import RunCreated
     from tests.backends.helpers import record

@@ -11,6 +11,8 @@ import asyncio
 import itertools
 from typing import Any
 
+import pytest
+
 from app.engine.events import AgentEnd, TurnStart
 from app.store.records import EventBatch
 from app.worker.sink import EventSink
@@ -65,3 +67,45 @@ async def test_the_first_event_after_a_quiet_spell_is_written_at_once() -> None:
 
 def _delta() -> Any:
     return TurnStart(turn=1)
+
+
+def _written() -> float:
+    from app.telemetry import metrics
+
+    return float(metrics.EVENTS_WRITTEN._value.get())
+
+
+async def test_the_events_written_counter_is_kept_per_second_not_per_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agentloop_events_written_total`` is updated once per ``REPORT_EVERY`` while a run
+    streams (one counter update per frame was ~2 % of a run's instructions), and with
+    everything at the run's end: no event is missing from it once the sink is closed."""
+    import app.worker.sink as sink_module
+
+    monkeypatch.setattr(sink_module, "REPORT_EVERY", 3600.0)
+    store = RecordingStore()
+    sink = EventSink(store, "r", 1)  # type: ignore[arg-type]
+    before = _written()
+    for emitted in range(1, 6):
+        sink.emit(_delta())
+        while sink.written < emitted:
+            await asyncio.sleep(0.001)
+    assert len(store.batches) >= 2  # written as several batches …
+    assert _written() - before == store.batches[0][1]  # … counted at the first one only
+    sink.emit(_end())
+    await sink.close()
+    assert _written() - before == 6
+
+
+async def test_a_stopped_sink_counts_what_it_wrote() -> None:
+    store = RecordingStore()
+    sink = EventSink(store, "r", 1)  # type: ignore[arg-type]
+    before = _written()
+    sink.emit(_delta())
+    while not store.batches:
+        await asyncio.sleep(0.001)
+    sink.emit(_delta())
+    while sink.written < 2:
+        await asyncio.sleep(0.001)
+    await sink.stop()
+    assert _written() - before == 2

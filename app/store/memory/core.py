@@ -55,12 +55,22 @@ class RunState:
         self.last_token: str | None = None
         self.closed = False
         """The loop is ending: ``enqueue`` refuses (``close_queues``)."""
-        self.waiter = asyncio.Event()
+        self.waiter: asyncio.Event | None = None
+        """What ``wait_events`` waits on, made when one waits (live subscribers are fed by
+        their taps, so most appends find nobody waiting: no event made and dropped per
+        append)."""
+
+    def readers_event(self) -> asyncio.Event:
+        """The event the next ``wake_readers`` sets."""
+        if self.waiter is None:
+            self.waiter = asyncio.Event()
+        return self.waiter
 
     def wake_readers(self) -> None:
         """Wake every ``wait_events`` of the run: new events, or it parked (``p:`` note)."""
-        self.waiter.set()
-        self.waiter = asyncio.Event()
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter.set()
 
 
 class ThreadState:

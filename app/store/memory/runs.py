@@ -157,7 +157,7 @@ class MemoryRuns(MemoryCore):
             return []
         try:
             async with asyncio.timeout(timeout):
-                await state.waiter.wait()
+                await state.readers_event().wait()
         except TimeoutError:
             return []
         return await self.read_events(run_id, after)
