@@ -11,7 +11,8 @@ unreachable (with ``Retry-After``).
 A door whose toolkit shows a refused request's body verbatim (the AI SDK's ``useChat`` puts it
 in ``error.message``) answers under its path prefix in **plain text** instead: the message as
 the body (it names the field), the code in ``x-agentloop-error-code`` and the field in
-``x-agentloop-error-field`` (``install_error_handlers(text_paths=...)``).
+``x-agentloop-error-field``, percent-encoded where it holds anything but printable ASCII
+(``install_error_handlers(text_paths=...)``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -100,7 +102,9 @@ def documented_text(*statuses: int) -> dict[int | str, dict[str, Any]]:
     if 401 in statuses:
         statuses = (*statuses, 429)
     headers = {CODE_HEADER: {"description": "the error code", "schema": {"type": "string"}},
-               FIELD_HEADER: {"description": "the field at fault, when one is",
+               FIELD_HEADER: {"description": "the field at fault, when one is "
+                                             "(percent-encoded where it holds anything but "
+                                             "printable ASCII)",
                               "schema": {"type": "string"}}}
     return {status: {"description": _DOC[status] + " (plain text: the message)",
                      "content": {"text/plain": {"schema": {"type": "string"}}},
@@ -130,9 +134,17 @@ def text_message(message: str, field: str | None) -> str:
     return message if not field or field in message else f"{field}: {message}"
 
 
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+"""What a field name keeps in ``x-agentloop-error-field`` as it is: printable ASCII but
+``%``. A field is a path into the request, so it can hold any key the client sent."""
+
+
 def text_headers(code: str, field: str | None) -> dict[str, str]:
-    """The plain-text shape's headers: the code, and the field when there is one."""
-    return {CODE_HEADER: code, **({FIELD_HEADER: field} if field else {})}
+    """The plain-text shape's headers: the code, and the field when there is one,
+    percent-encoded (RFC 3986, UTF-8) where it holds anything but printable ASCII (a header
+    carries Latin-1 at most and never a line break)."""
+    return {CODE_HEADER: code, **({FIELD_HEADER: quote(field, safe=_HEADER_SAFE)}
+                                  if field else {})}
 
 
 def wants_text(request: Request) -> bool:

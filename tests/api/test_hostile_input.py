@@ -227,3 +227,26 @@ async def test_a_good_image_and_a_big_steer(api_no_worker: Api) -> None:
            "body_too_large")
     near = await api_no_worker.client.post(url, json={"content": "x" * 1_000_000})
     assert near.status_code == 202, near.text
+
+
+@pytest.mark.parametrize("key", ["å?²쿀þ", "a\r\nx-injected: 1", "50%", "emoji 🇺🇸"])
+async def test_a_field_named_by_any_key_is_a_422_on_the_plain_text_door(api_no_worker: Api,
+                                                                       key: str) -> None:
+    """A schemathesis finding: the field of an error names the key the client sent, and the
+    plain-text door (``/ai-sdk/``) puts it in a header, which carries printable ASCII only:
+    a key outside it was a 500 (latin-1), and a line break in it must not make a header."""
+    from urllib.parse import unquote
+
+    from tests.support.errors import api_error
+
+    body = {"id": "c1", "messages": [{"id": "m1", "role": "user",
+                                      "parts": [{"type": "text", "text": "hi"}]}],
+            "response_format": {"type": "json_schema", key: True}}
+    resp = await api_no_worker.client.post("/ai-sdk/chat", json=body)
+    assert resp.status_code == 422, resp.text
+    raw = resp.headers["x-agentloop-error-field"]
+    assert raw.isascii() and raw.isprintable() and " " not in raw
+    assert "x-injected" not in resp.headers
+    field = unquote(raw)
+    assert field == f"response_format.{key}" and field in resp.text
+    assert api_error(resp)["code"] == resp.headers["x-agentloop-error-code"]
