@@ -8,6 +8,7 @@ Unknown fields are refused (422), so a misspelt option is never silently ignored
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -145,6 +146,30 @@ class ResponseFormatOption(BaseModel):
                               description=spec.description)
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}")
+
+
+def _header_name(name: str) -> str:
+    if not _TOKEN.fullmatch(name):
+        raise ValueError("a header name is 1-128 letters, digits or !#$%&'*+-.^_`|~")
+    return name
+
+
+def _header_value(value: str) -> str:
+    if not _FIELD_VALUE.fullmatch(value):
+        raise ValueError("a header value is at most 8192 printable ASCII characters or tabs "
+                         "(no line breaks)")
+    return value
+
+
+HeaderName = Annotated[str, AfterValidator(_header_name)]
+"""An HTTP header's name: an RFC 9110 token."""
+HeaderValue = Annotated[str, AfterValidator(_header_value)]
+"""An HTTP header's value: printable ASCII and tabs (a line break would end the header and
+start another)."""
+
+
 class RunMcpServer(BaseModel):
     """An MCP server a run adds (``mcp_servers``): streamable HTTP at ``url``, which must
     match one of the operator's ``AGENTLOOP_MCP_ALLOW_URLS`` patterns and pass the SSRF
@@ -153,8 +178,10 @@ class RunMcpServer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=SERVER_NAME, description="prefixes its tools' names")
     url: str = Field(min_length=1, max_length=2048, description="its streamable HTTP endpoint")
-    headers: dict[str, str] = Field(default_factory=dict, max_length=32, description=(
-        "sent with every request (an Authorization header, say); taken literally"))
+    headers: dict[HeaderName, HeaderValue] = Field(
+        default_factory=dict, max_length=32, description=(
+            "sent with every request (an Authorization header, say); taken literally: names "
+            "are tokens, values printable ASCII"))
 
 
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,64}$"

@@ -88,3 +88,16 @@ async def test_the_worker_checks_the_address_again(mcp_http: HttpServer,
     servers = await open_run_servers(request, menu, allow_private=False, disabled=())
     assert servers.connections == [] and menu.tools == {}
     assert "loopback" in caplog.text
+
+
+@pytest.mark.parametrize(("headers", "field"), [
+    ({"x-token": "a\r\nx-injected: 1"}, "mcp_servers[0].headers.x-token"),
+    ({"x-token": "bearer ü"}, "mcp_servers[0].headers.x-token"),
+    ({"bad name": "v"}, "mcp_servers[0].headers.bad name"),
+])
+async def test_headers_that_http_cannot_carry_are_refused_at_the_door(
+        mcp: Client, headers: dict[str, str], field: str) -> None:
+    """A header the worker could not send (a line break, a non-ASCII value, a name that is no
+    token) is a 422 naming it when the run is asked for, not a run that fails at connect."""
+    error = await refused(mcp, 422, server("https://mcp.example.com/x", headers=headers))
+    assert error["field"] == field, error
