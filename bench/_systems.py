@@ -81,6 +81,19 @@ def agentloop_argv(port: int, root: Path = ROOT) -> list[str]:
             "httptools", "--log-level", "warning", "--no-access-log"]
 
 
+def agentloop_env(fake: Proc, root: Path = ROOT) -> dict[str, str]:
+    """What every agentloop the benchmarks start runs with: the fake model as its OpenAI
+    provider (its private CA trusted the way deployments trust one), the bench tools, the
+    tree at ``root``."""
+    env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
+                         "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
+                         "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
+                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(root)}
+    if fake.ca is not None:
+        env["SSL_CERT_FILE"] = str(fake.ca)
+    return env
+
+
 def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None = None,
                     name: str = "agentloop", root: Path = ROOT,
                     processes: int | None = None) -> Proc:
@@ -88,12 +101,7 @@ def start_agentloop(fake: Proc, *, redis: bool, extra_env: dict[str, str] | None
     ``root``: the source tree to serve (another checkout's, for an A/B; this venv runs it).
     ``processes``: ``serve --processes N`` (a supervisor and N children: the Proc's CPU and
     memory are its process tree's, so every child counts); ``None`` leaves the flag out."""
-    env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
-                         "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
-                         "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
-                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(root)}
-    if fake.ca is not None:  # a private CA, trusted the way deployments trust one
-        env["SSL_CERT_FILE"] = str(fake.ca)
+    env = agentloop_env(fake, root)
     redis_proc = start_redis() if redis else None
     if redis_proc is not None:
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"

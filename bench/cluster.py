@@ -48,15 +48,8 @@ from tests.support.redis_cluster import RedisCluster
 
 
 def _env(fake: Proc, url: str, cluster: bool) -> dict[str, str]:
-    env = _systems._base_env() | {
-        "OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
-        "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
-        "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
-        "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT), "AGENTLOOP_REDIS_URL": url,
-        "AGENTLOOP_REDIS_CLUSTER": "true" if cluster else "false"}
-    if fake.ca is not None:
-        env["SSL_CERT_FILE"] = str(fake.ca)
-    return env
+    return _systems.agentloop_env(fake) | {
+        "AGENTLOOP_REDIS_URL": url, "AGENTLOOP_REDIS_CLUSTER": "true" if cluster else "false"}
 
 
 def start_service(fake: Proc, url: str, *, cluster: bool, workers: int) -> Proc:

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._live import FRAME_MS
 from bench._procs import OUT, ROOT, Proc, free_port, start, start_fake, start_redis, wait_http
-from bench._systems import _base_env, agentloop_argv
+from bench._systems import agentloop_argv, agentloop_env
 from bench._tls import make_tls
 from bench._workload import RUN_BODY, agentloop_run, drive
 
@@ -87,13 +87,7 @@ def _argv(target: Target, port: int, fake: Proc) -> list[str]:
 def count(target: Target, fake: Proc, deltas: int, runs: int, concurrency: int, *,
           redis: bool) -> dict[str, Any]:
     """Start ``target`` under callgrind, warm it up, count ``runs`` runs; stop it."""
-    env = _base_env() | {"OPENAI_API_KEY": "x", "OPENAI_BASE_URL": fake.url + "/v1",
-                         "AGENTLOOP_DEFAULT_MODEL": "openai:fake-model",
-                         "AGENTLOOP_TOOL_MODULES": "bench.bench_tools",
-                         "AGENTLOOP_LOG_LEVEL": "WARNING", "PYTHONPATH": str(target.root),
-                         "PYTHONHASHSEED": "0"}
-    if fake.ca is not None:
-        env["SSL_CERT_FILE"] = str(fake.ca)
+    env = agentloop_env(fake, target.root) | {"PYTHONHASHSEED": "0"}
     redis_proc = start_redis() if redis and not target.floor else None
     if redis_proc is not None:
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
