@@ -22,7 +22,9 @@ environment and ``.env``.
 
 Metrics: the children share ``prometheus_client``'s multiprocess directory (a fresh temp dir,
 ``PROMETHEUS_MULTIPROC_DIR``), so ``/metrics`` answered by any of them reports the sum over all
-(``app.telemetry.metrics``); the directory goes when this process exits.
+(``app.telemetry.metrics``). A child that exits has its files folded into one set
+(``app.telemetry.multiprocess``: restarts do not pile files up); the directory goes when this
+process exits, or, if it was killed, when the next supervisor starts.
 """
 
 from __future__ import annotations
@@ -31,11 +33,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -43,6 +43,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from app.config import MULTIPROCESS_METRICS, Settings, process_environment
 from app.telemetry.logs import setup_logging
+from app.telemetry.multiprocess import MetricsDir, fold_exited
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,10 @@ class Supervisor:
         child.status.cancel()
         del self.children[child.slot]
         mark_process_dead(child.proc.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
+        try:
+            fold_exited(self.metrics_dir, child.proc.pid)
+        except OSError as exc:  # its files stay: counted still, one set more to read
+            log.warning("could not fold the metrics of process %d: %s", child.proc.pid, exc)
         if not self.stopping.is_set():
             (log.warning if child.served else log.error)(
                 "slot %d: process %d exited (%s) after %.1f s%s", child.slot, child.proc.pid,
@@ -321,16 +326,16 @@ def supervise(settings: Settings, *, host: str, port: int, worker: bool, process
 
     setup_logging(settings.log_level, settings.log_format, pid=True)
     listeners = Listeners(host, port, processes)
-    metrics_dir = tempfile.mkdtemp(prefix="agentloop-metrics-")
+    metrics = MetricsDir()
     log.info("agentloop serve: %d processes on %s:%d (%s)", processes, host, listeners.port,
              "SO_REUSEPORT" if REUSEPORT else "one shared socket")
     try:
         supervisor = Supervisor(listeners, count=processes, worker=worker,
-                                metrics_dir=metrics_dir, stop_within=stop_within)
+                                metrics_dir=metrics.path, stop_within=stop_within)
         failure = uvloop.run(supervisor.run())
     finally:
         listeners.close()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics.close()
     if failure:
         raise SystemExit(failure)
     log.info("agentloop serve: every process has exited")

@@ -45,6 +45,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.telemetry.multiprocess import collect_lock
 from providers.catalog import BUILTIN, builtin_profiles
 from tool_registry import Registry, default_registry
 
@@ -160,7 +161,9 @@ def metrics_response(multiprocess_dir: str | None = None) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    with collect_lock(multiprocess_dir):  # no exited process's fold seen half-done
+        text = generate_latest(registry)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 class RunTimings:

@@ -177,6 +177,9 @@ async def test_a_killed_process_is_restarted_and_its_run_resumes_and_completes(
             os.kill(driver, signal.SIGKILL)
             await until(lambda: f"process {driver} exited (killed by SIGKILL)" in log.text(),
                         60, "the supervisor saw the kill")
+            [shared] = metrics_dirs(tmp_path)  # the killed one's files folded, none left
+            assert not list(shared.glob(f"*_{driver}.db"))
+            assert list(shared.glob("counter_exited.db"))
             for _ in range(10):  # the survivor answers while the slot restarts
                 assert (await client.get("/healthz")).status_code == 200
             gate.touch()
