@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from app.engine.approvals import UNANSWERED, ApprovalGate, Decision, WaitingCall
+from app.engine.cancelling import raise_if_cancelling
 from app.engine.events import (
     AgentEnd,
     AgentStart,
@@ -441,6 +442,7 @@ class AgentLoop:
             self.pending = taken
             self.pending_source = source
             self.pending_msgs.extend(q.message for q in taken)
+        raise_if_cancelling()  # a cancel the store call swallowed: what it took is released
 
     async def _inject_pending(self) -> None:
         for msg in self.pending_msgs:

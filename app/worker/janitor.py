@@ -25,9 +25,9 @@ import shutil
 import time
 from pathlib import Path
 
+from app.engine.cancelling import raise_if_cancelling
 from app.store.contract import Backend
 from app.store.errors import BackendError
-from app.worker.cancelling import raise_if_cancelling
 from app.worker.thread_runs import workspace_gone
 
 log = logging.getLogger(__name__)

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from app.engine import LoopConfig, LoopOutcome, Resume, run_loop
+from app.engine.cancelling import raise_if_cancelling
 from app.engine.events import AgentEnd, RunResumed
 from app.engine.loop_config import ResolveProvider
 from app.engine.output import format_from_option
@@ -139,8 +140,9 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> bool:
     """Drive the attempt to its end: True when it parked (it waits for people)."""
-    woken = await parking.woken(deps.backend, record, claim)
-    earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
+    async with _handed_back_if_stopped(deps, claim, sink):
+        woken = await parking.woken(deps.backend, record, claim)
+        earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
     if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
         await sink.close(**_final(*ended_fields(earlier.ended)))
         await _finish(deps, claim)
@@ -149,7 +151,8 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         parking.count_wait(record, woken, sink)
     verdict = None
     if claim.resumed:  # a woken parked run checkpointed its picks first: never blamed
-        verdict = await judge_claim(deps.backend, claim, record, deps.max_attempts)
+        async with _handed_back_if_stopped(deps, claim, sink):
+            verdict = await judge_claim(deps.backend, claim, record, deps.max_attempts)
         if verdict.lost:
             log.info("run %s: attempt %d: its worker died %d time(s) in a row without progress "
                      "(settled messages: %d)", claim.run_id, claim.attempt, verdict.lost,
@@ -160,15 +163,17 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
         await _end_at_start(deps, claim, sink, verdict.error)
         return False
     try:
-        kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
+        async with _handed_back_if_stopped(deps, claim, sink):
+            kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
     except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
         log.warning("run %s: cannot start: %s", claim.run_id, exc)
         await _end_at_start(deps, claim, sink, str(exc))
         return False
-    servers = await open_run_servers(record.request, kwargs["menu"],
-                                     allow_private=deps.fetch_allow_private,
-                                     disabled=deps.disabled_tools)
-    try:
+    async with _handed_back_if_stopped(deps, claim, sink, check=False):
+        servers = await open_run_servers(record.request, kwargs["menu"],
+                                         allow_private=deps.fetch_allow_private,
+                                         disabled=deps.disabled_tools)
+    try:  # a cancel their connecting swallowed is seen in _drive_loop, which this closes
         return await _drive_loop(deps, claim, record, sink, kwargs, woken, verdict)
     finally:
         await servers.close()
@@ -177,9 +182,10 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
 async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink,
                       kwargs: dict[str, Any], woken: ParkedState | None,
                       verdict: Verdict | None) -> bool:
-    await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
-    abort = asyncio.Event()
-    await parking.preset_cancel(deps.backend, claim, record, abort)
+    async with _handed_back_if_stopped(deps, claim, sink):
+        await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
+        abort = asyncio.Event()
+        await parking.preset_cancel(deps.backend, claim, record, abort)
     if verdict is not None:  # nothing awaits between the gate and ``_first_step`` below
         await _go_live(deps, claim, sink, verdict)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
@@ -310,6 +316,22 @@ async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
             await loop_task
         sink.task.result()  # raises FencedOut (or the writer's failure)
     return loop_task.result()
+
+
+@contextlib.asynccontextmanager
+async def _handed_back_if_stopped(deps: RunnerDeps, claim: Claim, sink: EventSink, *,
+                                  check: bool = True) -> AsyncIterator[None]:
+    """A shutdown's cancel while the attempt sets up hands the run back, as one during the
+    loop does (else the run would wait out its lease, and its next claimer count this attempt
+    as a death); ``check``: also one a store call swallowed (``app.engine.cancelling``), seen
+    once the block is done, before the loop could start."""
+    try:
+        yield
+        if check:
+            raise_if_cancelling()
+    except asyncio.CancelledError:
+        await _hand_back(deps.backend, claim, None, sink)
+        raise
 
 
 async def _hand_back(backend: Backend, claim: Claim,

@@ -32,11 +32,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from app.engine.cancelling import raise_if_cancelling
 from app.engine.loop_config import ResolveProvider
 from app.store import Backend
 from app.store.errors import BackendError
 from app.store.records import Claim
-from app.worker.cancelling import raise_if_cancelling
 from app.worker.expiry import wake_expired
 from app.worker.runner import RunnerDeps, run_claim
 from tool_registry import Registry, default_registry

@@ -80,3 +80,56 @@ async def test_a_cancel_swallowed_by_a_store_call_still_stops_the_worker(
     await asyncio.wait_for(store.beating.wait(), 10)
     stop.set()
     await asyncio.wait_for(task, 10)
+
+
+class _SwallowingCall:
+    """A store whose first ``method`` call swallows a cancel as ``_SwallowingHeartbeat``'s
+    heartbeat does, then answers as the real backend (``returns``) or raises the store's
+    error (the caller retries); everything else is the real backend's."""
+
+    def __init__(self, inner: Backend, method: str, *, raises: bool) -> None:
+        self.inner, self.method, self.raises = inner, method, raises
+        self.swallowing = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        real = getattr(self.inner, name)
+        if name != self.method or self.swallowing.is_set():
+            return real
+
+        async def swallow(*args: object, **kwargs: object) -> object:
+            self.swallowing.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                if self.raises:
+                    raise BackendError(f"{name} interrupted") from None
+            return await real(*args, **kwargs)
+
+        return swallow
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+@pytest.mark.parametrize("method", ["get_run", "take"], ids=["at-setup", "in-the-loop"])
+async def test_a_run_whose_stop_a_store_call_swallowed_is_still_handed_back(
+        backend: Backend, method: str, raises: bool) -> None:
+    """The shutdown's cancel lands in the runner's first store call (its record, before the
+    loop starts) or in the loop's first queue poll, and the call swallows it. Before: the
+    attempt went on and drove the run to its end while the shutdown waited for it (for as
+    long as the run lasts). Now it is handed back as any stopped run is, and the next worker
+    resumes it to its end."""
+    scripted.CALLS.clear()
+    resolve = scripted.resolver(lambda: FakeProvider(script=[scripted.mark_nap_done(0.3)],
+                                                     repeat=True))
+    store = _SwallowingCall(backend, method, raises=raises)
+    rec, _ = await backend.create_run(new_record())
+    async with worker(store, resolve, lease=30.0):  # type: ignore[arg-type]
+        await asyncio.wait_for(store.swallowing.wait(), 30)
+    mid = await backend.get_run(rec.id)
+    assert mid is not None and mid.worker is None
+    assert mid.status == ("queued" if method == "get_run" else "running")  # never started
+    assert mid.progress_mark == -1  # handed back: not counted as a death by its next claimer
+    assert "agent_end" not in [e["type"] for e in await events(backend, rec.id)]
+    async with worker(backend, resolve, lease=30.0):
+        end = await wait_end(backend, rec.id, timeout=30)
+    assert (end.status, end.result) == ("completed", "done")
+    assert scripted.CALLS.count("mark:1") == 1
