@@ -1,11 +1,10 @@
 """The loop itself: rounds, picks in order, steering and follow-up queues, termination.
 
 A provider, a tool menu, two message queues and an event sink in; messages out. Each round
-streams one assistant message; tool calls in it are run in order and their results appended;
-text only ends the run unless queued messages keep it going (or, under a response format, an
-invalid answer gets its one corrective round: ``app.engine.output``). ``run_loop`` emits exactly one
-``agent_end`` whatever happens, except when its own task is cancelled from outside (a worker
-shutting down hands the run to another worker, which resumes it from the checkpoint).
+streams one assistant message; its tool calls run in order; text ends the run unless queued
+messages keep it going (or a response format's corrective round: ``app.engine.output``).
+``run_loop`` emits one ``agent_end`` whatever happens, unless its task is cancelled from outside
+(a worker's shutdown: another worker resumes the run from the checkpoint).
 
 Abort (``abort`` set) timeline::
 
@@ -439,8 +438,7 @@ class AgentLoop:
             return
         taken = await source.take(mode)
         if taken:
-            self.pending = taken
-            self.pending_source = source
+            self.pending, self.pending_source = taken, source
             self.pending_msgs.extend(q.message for q in taken)
         raise_if_cancelling()  # a cancel the store call swallowed: what it took is released
 
