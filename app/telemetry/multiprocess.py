@@ -121,8 +121,9 @@ def sweep_orphans(parent: str) -> list[str]:
             os.close(fd)
             continue  # held: its supervisor is alive
         try:
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(str(entry))
+            shutil.rmtree(entry, ignore_errors=True)  # another user's stays (sticky /tmp)
+            if not entry.exists():
+                removed.append(str(entry))
         finally:
             os.close(fd)
     return removed
