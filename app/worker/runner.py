@@ -92,7 +92,12 @@ async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
     """Drive the claimed run to its end (or until fenced out / cancelled from outside). Every
     log line about it, from here and from the tasks it starts, carries its run_id and tenant."""
     with bind(run_id=claim.run_id):
-        record = await retrying(lambda: deps.backend.get_run(claim.run_id))
+        try:
+            record = await retrying(lambda: deps.backend.get_run(claim.run_id))
+        except asyncio.CancelledError:  # stopped before anything: not a death either
+            with contextlib.suppress(BackendError):
+                await hand_back_unstarted(deps.backend, claim)
+            raise
         if record is None:
             return
         with bind(tenant=record.tenant):
@@ -100,6 +105,13 @@ async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
                 await _run_record(deps, claim, record)
             except Exception:
                 log.exception("run %s: runner crashed", claim.run_id)
+
+
+async def hand_back_unstarted(backend: Backend, claim: Claim) -> None:
+    """Release a run this worker never started; ``progress_mark`` -1 says so, or the next
+    claimer would count this attempt as a death (``app.worker.attempts``)."""
+    await backend.update_run(claim.run_id, claim.attempt, progress_mark=-1)
+    await backend.release_run(claim.run_id, claim.attempt)
 
 
 async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None:

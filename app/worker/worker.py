@@ -38,7 +38,7 @@ from app.store import Backend
 from app.store.errors import BackendError
 from app.store.records import Claim
 from app.worker.expiry import wake_expired
-from app.worker.runner import RunnerDeps, run_claim
+from app.worker.runner import RunnerDeps, hand_back_unstarted, run_claim
 from tool_registry import Registry, default_registry
 
 log = logging.getLogger(__name__)
@@ -101,16 +101,10 @@ class Worker:
             for claim in claims:
                 if stop.is_set():  # claimed while stopping: hand it straight back
                     with contextlib.suppress(BackendError):
-                        await self._hand_back_unstarted(claim)
+                        await hand_back_unstarted(self.backend, claim)
                 else:
                     self.free -= 1
                     self._spawn(claim)
-
-    async def _hand_back_unstarted(self, claim: Claim) -> None:
-        """Release a run this worker never started; ``progress_mark`` -1 says so, or the next
-        claimer would count this attempt as a death (``app.worker.attempts``)."""
-        await self.backend.update_run(claim.run_id, claim.attempt, progress_mark=-1)
-        await self.backend.release_run(claim.run_id, claim.attempt)
 
     def _give_slots(self, count: int) -> None:
         if count:

@@ -85,10 +85,11 @@ async def test_a_cancel_swallowed_by_a_store_call_still_stops_the_worker(
 class _SwallowingCall:
     """A store whose first ``method`` call swallows a cancel as ``_SwallowingHeartbeat``'s
     heartbeat does, then answers as the real backend (``returns``) or raises the store's
-    error (the caller retries); everything else is the real backend's."""
+    error (``raises``: the caller retries), or lets it through as it should (``passes``);
+    everything else is the real backend's."""
 
-    def __init__(self, inner: Backend, method: str, *, raises: bool) -> None:
-        self.inner, self.method, self.raises = inner, method, raises
+    def __init__(self, inner: Backend, method: str, *, outcome: str) -> None:
+        self.inner, self.method, self.outcome = inner, method, outcome
         self.swallowing = asyncio.Event()
 
     def __getattr__(self, name: str) -> object:
@@ -101,26 +102,29 @@ class _SwallowingCall:
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
-                if self.raises:
+                if self.outcome == "passes":
+                    raise
+                if self.outcome == "raises":
                     raise BackendError(f"{name} interrupted") from None
             return await real(*args, **kwargs)
 
         return swallow
 
 
-@pytest.mark.parametrize("raises", [False, True], ids=["returns", "raises"])
+@pytest.mark.parametrize("outcome", ["returns", "raises", "passes"])
 @pytest.mark.parametrize("method", ["get_run", "take"], ids=["at-setup", "in-the-loop"])
 async def test_a_run_whose_stop_a_store_call_swallowed_is_still_handed_back(
-        backend: Backend, method: str, raises: bool) -> None:
+        backend: Backend, method: str, outcome: str) -> None:
     """The shutdown's cancel lands in the runner's first store call (its record, before the
     loop starts) or in the loop's first queue poll, and the call swallows it. Before: the
     attempt went on and drove the run to its end while the shutdown waited for it (for as
     long as the run lasts). Now it is handed back as any stopped run is, and the next worker
-    resumes it to its end."""
+    resumes it to its end. A cancel let through at setup used to leave the run to its lease
+    (and its next claimer counted a death): handed back too."""
     scripted.CALLS.clear()
     resolve = scripted.resolver(lambda: FakeProvider(script=[scripted.mark_nap_done(0.3)],
                                                      repeat=True))
-    store = _SwallowingCall(backend, method, raises=raises)
+    store = _SwallowingCall(backend, method, outcome=outcome)
     rec, _ = await backend.create_run(new_record())
     async with worker(store, resolve, lease=30.0):  # type: ignore[arg-type]
         await asyncio.wait_for(store.swallowing.wait(), 30)
