@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -150,54 +150,89 @@ async def _run_record(deps: RunnerDeps, claim: Claim, record: RunRecord) -> None
             sink.task.cancel()
 
 
+@dataclass(slots=True)
+class _Setup:
+    """What an attempt's setup found: ``earlier`` ended (only its close was lost), ``error``
+    (the run cannot start: it fails), or ``kwargs`` for its loop."""
+
+    woken: ParkedState | None
+    earlier: LogState | None
+    verdict: Verdict | None = None
+    kwargs: dict[str, Any] | None = None
+    error: str | None = None
+
+
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> bool:
-    """Drive the attempt to its end: True when it parked (it waits for people)."""
-    async with _handed_back_if_stopped(deps, claim, sink):
-        woken = await parking.woken(deps.backend, record, claim)
-        earlier = await _earlier_attempts(deps, claim, sink, lost=woken is None)
-    if earlier is not None and earlier.ended is not None:  # it ended; only the close was lost
-        await sink.close(**_final(*ended_fields(earlier.ended)))
+    """Drive the attempt to its end: True when it parked (it waits for people). A shutdown's
+    cancel while it sets up hands the run back, as one during the loop does (else the run
+    would wait out its lease, and its next claimer count this attempt as a death); so does
+    one a store call swallowed (``app.engine.cancelling``), seen before the loop starts."""
+    try:
+        setup = await _set_up(deps, claim, record, sink)
+        servers = None
+        if setup.kwargs is not None:
+            servers = await open_run_servers(record.request, setup.kwargs["menu"],
+                                             allow_private=deps.fetch_allow_private,
+                                             disabled=deps.disabled_tools)
+    except asyncio.CancelledError:
+        await _hand_back(deps.backend, claim, None, sink)
+        raise
+    if setup.earlier is not None and setup.earlier.ended is not None:
+        await sink.close(**_final(*ended_fields(setup.earlier.ended)))
         await _finish(deps, claim)
         return False
+    if servers is None or setup.kwargs is None:
+        await _end_at_start(deps, claim, sink, setup.error or "the run could not start")
+        return False
+    try:  # a cancel their connecting swallowed is seen in _drive_loop, which this closes
+        return await _drive_loop(deps, claim, record, sink, setup.kwargs, setup.woken,
+                                 setup.verdict)
+    finally:
+        await servers.close()
+
+
+async def _set_up(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink
+                  ) -> _Setup:
+    """Everything before the run's own MCP servers and its loop (see ``_Setup``)."""
+    woken = await parking.woken(deps.backend, record, claim)
+    setup = _Setup(woken, await _earlier_attempts(deps, claim, sink, lost=woken is None))
+    if setup.earlier is not None and setup.earlier.ended is not None:
+        return setup
     if woken is not None:
         parking.count_wait(record, woken, sink)
-    verdict = None
     if claim.resumed:  # a woken parked run checkpointed its picks first: never blamed
-        async with _handed_back_if_stopped(deps, claim, sink):
-            verdict = await judge_claim(deps.backend, claim, record, deps.max_attempts)
+        setup.verdict = verdict = await judge_claim(deps.backend, claim, record,
+                                                    deps.max_attempts)
         if verdict.lost:
             log.info("run %s: attempt %d: its worker died %d time(s) in a row without progress "
                      "(settled messages: %d)", claim.run_id, claim.attempt, verdict.lost,
                      verdict.settled)
+    raise_if_cancelling()  # before the status says running (a woken run stays ``queued``)
     sink.set_fields(status="running", started_at=record.started_at or now(), worker=deps.worker)
-    if verdict is not None and verdict.error is not None:
-        log.warning("run %s: %s", claim.run_id, verdict.error)
-        await _end_at_start(deps, claim, sink, verdict.error)
-        return False
-    try:
-        async with _handed_back_if_stopped(deps, claim, sink):
-            kwargs = await _loop_kwargs(deps, claim, record, sink, earlier)
-    except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
-        log.warning("run %s: cannot start: %s", claim.run_id, exc)
-        await _end_at_start(deps, claim, sink, str(exc))
-        return False
-    async with _handed_back_if_stopped(deps, claim, sink, check=False):
-        servers = await open_run_servers(record.request, kwargs["menu"],
-                                         allow_private=deps.fetch_allow_private,
-                                         disabled=deps.disabled_tools)
-    try:  # a cancel their connecting swallowed is seen in _drive_loop, which this closes
-        return await _drive_loop(deps, claim, record, sink, kwargs, woken, verdict)
-    finally:
-        await servers.close()
+    if setup.verdict is not None and setup.verdict.error is not None:
+        log.warning("run %s: %s", claim.run_id, setup.verdict.error)
+        setup.error = setup.verdict.error
+    else:
+        try:
+            setup.kwargs = await _loop_kwargs(deps, claim, record, sink, setup.earlier)
+        except Exception as exc:  # bad model string, unknown tool: the run fails, visibly
+            log.warning("run %s: cannot start: %s", claim.run_id, exc)
+            setup.error = str(exc)
+    raise_if_cancelling()
+    return setup
 
 
 async def _drive_loop(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink,
                       kwargs: dict[str, Any], woken: ParkedState | None,
                       verdict: Verdict | None) -> bool:
-    async with _handed_back_if_stopped(deps, claim, sink):
+    try:
         await parking.attach_replay(deps.backend, claim.run_id, woken, kwargs)
         abort = asyncio.Event()
         await parking.preset_cancel(deps.backend, claim, record, abort)
+        raise_if_cancelling()
+    except asyncio.CancelledError:
+        await _hand_back(deps.backend, claim, None, sink)
+        raise
     if verdict is not None:  # nothing awaits between the gate and ``_first_step`` below
         await _go_live(deps, claim, sink, verdict)
     loop_task = asyncio.create_task(run_loop(**kwargs, emit=sink.emit, abort=abort))
@@ -328,22 +363,6 @@ async def _until_loop_ends(loop_task: asyncio.Task[LoopOutcome],
             await loop_task
         sink.task.result()  # raises FencedOut (or the writer's failure)
     return loop_task.result()
-
-
-@contextlib.asynccontextmanager
-async def _handed_back_if_stopped(deps: RunnerDeps, claim: Claim, sink: EventSink, *,
-                                  check: bool = True) -> AsyncIterator[None]:
-    """A shutdown's cancel while the attempt sets up hands the run back, as one during the
-    loop does (else the run would wait out its lease, and its next claimer count this attempt
-    as a death); ``check``: also one a store call swallowed (``app.engine.cancelling``), seen
-    once the block is done, before the loop could start."""
-    try:
-        yield
-        if check:
-            raise_if_cancelling()
-    except asyncio.CancelledError:
-        await _hand_back(deps.backend, claim, None, sink)
-        raise
 
 
 async def _hand_back(backend: Backend, claim: Claim,
