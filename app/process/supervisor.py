@@ -299,10 +299,7 @@ class Supervisor:
         child.status.cancel()
         del self.children[child.slot]
         mark_process_dead(child.proc.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
-        try:
-            fold_exited(self.metrics_dir, child.proc.pid)
-        except OSError as exc:  # its files stay: counted still, one set more to read
-            log.warning("could not fold the metrics of process %d: %s", child.proc.pid, exc)
+        fold_metrics(self.metrics_dir, child.proc.pid)
         if not self.stopping.is_set():
             (log.warning if child.served else log.error)(
                 "slot %d: process %d exited (%s) after %.1f s%s", child.slot, child.proc.pid,
@@ -316,6 +313,15 @@ class Supervisor:
                         f"before serving; the last: {reason}")
         log.error("%s; stopping", self.failure)
         self.stopping.set()
+
+
+def fold_metrics(metrics_dir: str, pid: int) -> None:
+    """Fold an exited child's metric files (``fold_exited``). One the fold cannot read stays
+    (counted still, one set more to read) and is logged: metrics never stop the service."""
+    try:
+        fold_exited(metrics_dir, pid)
+    except Exception as exc:
+        log.warning("could not fold the metrics of process %d: %r", pid, exc)
 
 
 def supervise(settings: Settings, *, host: str, port: int, worker: bool, processes: int,

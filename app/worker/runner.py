@@ -161,6 +161,11 @@ class _Setup:
     kwargs: dict[str, Any] | None = None
     error: str | None = None
 
+    @property
+    def ended(self) -> dict[str, Any] | None:
+        """The ``agent_end`` an earlier attempt wrote, if one ended the run."""
+        return self.earlier.ended if self.earlier is not None else None
+
 
 async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventSink) -> bool:
     """Drive the attempt to its end: True when it parked (it waits for people). A shutdown's
@@ -177,12 +182,12 @@ async def _drive(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: EventS
     except asyncio.CancelledError:
         await _hand_back(deps.backend, claim, None, sink)
         raise
-    if setup.earlier is not None and setup.earlier.ended is not None:
-        await sink.close(**_final(*ended_fields(setup.earlier.ended)))
+    if setup.ended is not None:
+        await sink.close(**_final(*ended_fields(setup.ended)))
         await _finish(deps, claim)
         return False
     if servers is None or setup.kwargs is None:
-        await _end_at_start(deps, claim, sink, setup.error or "the run could not start")
+        await _end_at_start(deps, claim, sink, str(setup.error))
         return False
     try:  # a cancel their connecting swallowed is seen in _drive_loop, which this closes
         return await _drive_loop(deps, claim, record, sink, setup.kwargs, setup.woken,
@@ -196,7 +201,7 @@ async def _set_up(deps: RunnerDeps, claim: Claim, record: RunRecord, sink: Event
     """Everything before the run's own MCP servers and its loop (see ``_Setup``)."""
     woken = await parking.woken(deps.backend, record, claim)
     setup = _Setup(woken, await _earlier_attempts(deps, claim, sink, lost=woken is None))
-    if setup.earlier is not None and setup.earlier.ended is not None:
+    if setup.ended is not None:
         return setup
     if woken is not None:
         parking.count_wait(record, woken, sink)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.multiprocess import mark_process_dead
 
+from app.process.supervisor import fold_metrics
 from app.telemetry.metrics import metrics_response
 from app.telemetry.multiprocess import EXITED, PREFIX, MetricsDir, collect_lock, fold_exited
 from tests.engine.processes import ROOT
@@ -178,3 +179,14 @@ async def test_the_directory_of_a_killed_supervisor_is_removed_by_the_next(
         assert running.stdin is not None
         running.stdin.close()
         await running.wait()
+
+
+def test_a_file_the_fold_cannot_read_is_left_and_logged_not_raised(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The supervisor folds in its own loop: an exception there would end the slot's task and
+    stop every process. A truncated file (struct.error, not OSError) is left where it is."""
+    (tmp_path / "counter_42.db").write_bytes(b"\xff\xff\x00\x00garbage")
+    with caplog.at_level("WARNING", logger="app.process.supervisor"):
+        fold_metrics(str(tmp_path), 42)
+    assert (tmp_path / "counter_42.db").exists()
+    assert "could not fold the metrics of process 42" in caplog.text
