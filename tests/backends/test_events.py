@@ -143,3 +143,30 @@ async def test_the_memory_log_is_invisible_to_the_collector() -> None:
         assert all(isinstance(e, StoredEvent) for e in events)
     finally:
         await backend.close()
+
+
+async def test_an_append_to_a_run_that_is_not_there_is_refused(backend: Backend) -> None:
+    """Nothing is written for an unknown run, with or without a token or a fence."""
+    from app.store import RunNotFound
+
+    for attempt, token in ((1, "1:1"), (None, "")):
+        with pytest.raises(RunNotFound):
+            await backend.append_events("run_missing", attempt,
+                                        batch("a", fields={"status": "running"}, token=token))
+    assert await backend.read_events("run_missing", 0) == []
+    assert await backend.get_run("run_missing") is None
+
+
+async def test_a_retried_batch_answers_the_seq_of_its_first_write(backend: Backend) -> None:
+    """A batch sent again with its token (its reply was lost) writes nothing more and answers
+    the run's last seq; an empty batch with fields only answers it too."""
+    claim = await created_and_claimed(backend)
+    first = batch("a", "b", fields={"status": "running"}, token="1:1")
+    assert await backend.append_events(claim.run_id, 1, first) == 2
+    assert await backend.append_events(claim.run_id, 1, first) == 2
+    assert await backend.append_events(claim.run_id, 1,
+                                       EventBatch(fields={"usage": {"n": 1}})) == 2
+    assert await backend.append_events(claim.run_id, 1, batch("c", token="1:2")) == 3
+    assert [e.seq for e in await backend.read_events(claim.run_id, 0)] == [1, 2, 3]
+    rec = await backend.get_run(claim.run_id)
+    assert rec is not None and rec.last_seq == 3 and rec.status == "running"
