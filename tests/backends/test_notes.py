@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from app.store.records import StoredEvent
 from app.store.redis.backend import RedisBackend
 from app.store.redis.notify import parse_note
 from tests.backends.helpers import batch, created_and_claimed
@@ -66,3 +67,38 @@ def test_notes_parse_and_refuse_what_they_cannot_prove() -> None:
     assert parse_note(b"c:run_1")[:2] == ("c", "run_1")  # type: ignore[index]
     with pytest.raises(ValueError):
         parse_note(b"e:run_1:3:4\nnot a line")
+
+
+async def test_a_note_is_read_past_its_head_only_for_a_run_followed_here(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``--processes N`` every process hears every other's notes: a batch nobody here
+    follows is never parsed, one a tail here watches is kept, and a malformed batch of a
+    watched run still wakes its waiters, who then read the log."""
+    from app.store.redis import notify
+
+    parsed: list[int] = []
+    real = notify.parse_batch
+
+    def counting(first: int, last: int, rest: bytes) -> list[StoredEvent] | None:
+        parsed.append(first)
+        return real(first, last, rest)
+
+    async def recheck(run_id: str) -> bool:
+        return False
+
+    monkeypatch.setattr(notify, "parse_batch", counting)
+    notes = notify.Notifier(None, recheck)
+    notes._note(b'e:run_other:3:3\n3\tx\t{"seq":3}')
+    assert parsed == [] and notes.watch("run_other") is None
+
+    assert notes.watch("run_1") is None
+    waiter = notes.events_waiter("run_1")
+    notes._note(b'e:run_1:1:2\n1\tx\t{"seq":1}\n2\ty\t{"seq":2}')
+    assert parsed == [1] and waiter.is_set()
+    found = notes.events_after("run_1", 0)
+    assert found is not None and [(e.seq, e.type) for e in found] == [(1, "x"), (2, "y")]
+
+    waiter = notes.events_waiter("run_1")
+    notes._note(b"e:run_1:3:3\nnot a line")
+    assert parsed == [1, 3] and waiter.is_set()
+    assert notes.watch("run_1") == 3 and notes.events_after("run_1", 2) is None

@@ -45,24 +45,39 @@ WATCH_TTL = 60.0
 """Seconds a run stays watched after its last tail read (then its batch is forgotten)."""
 
 
-def parse_note(data: bytes) -> tuple[str, str, int, list[StoredEvent] | None] | None:
-    """``(kind, run_id, last_seq, batch)`` of a note; batch None when absent or malformed."""
+def parse_head(data: bytes) -> tuple[str, str, int, int, bytes] | None:
+    """``(kind, run_id, first_seq, last_seq, batch bytes)`` of a note, its batch left unread
+    (seqs 0 and no batch for ``c:`` and ``p:`` notes); None when malformed."""
     head, _, rest = data.partition(b"\n")
     parts = head.decode().split(":")
     if len(parts) == 2:
-        return parts[0], parts[1], 0, None
+        return parts[0], parts[1], 0, 0, b""
     if len(parts) != 4 or parts[0] != "e":
         return None
-    first, last = int(parts[2]), int(parts[3])
-    batch: list[StoredEvent] | None = None
-    if rest:
-        batch = []
-        for line in rest.split(b"\n"):
-            seq, type_, body = line.split(b"\t", 2)
-            batch.append(StoredEvent(int(seq), type_.decode(), body))
-        if [e.seq for e in batch] != list(range(first, last + 1)):
-            batch = None
-    return "e", parts[1], last, batch
+    return "e", parts[1], int(parts[2]), int(parts[3]), rest
+
+
+def parse_batch(first: int, last: int, rest: bytes) -> list[StoredEvent] | None:
+    """An ``e:`` note's batch (``parse_head``'s last three), None when absent or not exactly
+    the seqs ``first``..``last``."""
+    if not rest:
+        return None
+    batch = []
+    for line in rest.split(b"\n"):
+        seq, type_, body = line.split(b"\t", 2)
+        batch.append(StoredEvent(int(seq), type_.decode(), body))
+    if [e.seq for e in batch] != list(range(first, last + 1)):
+        return None
+    return batch
+
+
+def parse_note(data: bytes) -> tuple[str, str, int, list[StoredEvent] | None] | None:
+    """``(kind, run_id, last_seq, batch)`` of a note; batch None when absent or malformed."""
+    head = parse_head(data)
+    if head is None:
+        return None
+    kind, run_id, first, last, rest = head
+    return kind, run_id, last, (parse_batch(first, last, rest) if kind == "e" else None)
 
 
 class Notifier:
@@ -180,20 +195,28 @@ class Notifier:
 
     def _note(self, data: bytes) -> None:
         try:
-            note = parse_note(data)
+            head = parse_head(data)
         except (ValueError, UnicodeDecodeError):
-            note = None
-        if note is None:
+            head = None
+        if head is None:
             return
-        kind, run_id, last, batch = note
+        kind, run_id, first, last, rest = head
         if kind == "e":
-            if run_id in self._watched:
-                self._remember(run_id, last, batch)
-            if self.feeds.watched(run_id):
-                if batch is None:
-                    self.feeds.resync(run_id)  # the note did not carry it: read the log
-                else:
-                    self.feeds.push(run_id, batch)
+            # the batch is read only for a run someone here follows: with ``--processes N``
+            # every process hears every other's notes too
+            watched, fed = run_id in self._watched, self.feeds.watched(run_id)
+            if watched or fed:
+                try:
+                    batch = parse_batch(first, last, rest)
+                except (ValueError, UnicodeDecodeError):
+                    batch = None  # a malformed batch is read from the log instead
+                if watched:
+                    self._remember(run_id, last, batch)
+                if fed:
+                    if batch is None:
+                        self.feeds.resync(run_id)  # the note did not carry it: read the log
+                    else:
+                        self.feeds.push(run_id, batch)
             event = self._events.pop(run_id, None)
         elif kind == "p":  # parked: its readers look at the status (no event was added)
             event = self._events.pop(run_id, None)
