@@ -16,7 +16,8 @@ a crash loop (a restart every 30 s at worst) makes every scrape read thousands o
   when it exits. One left behind by a supervisor that was SIGKILLed holds no lock: the next
   supervisor to start on the machine (same temp dir) removes it::
 
-    open ─ remove agentloop-metrics-* that no process holds ─ make .agentloop-metrics-new-*
+    open ─ remove agentloop-metrics-* that no process holds (and .agentloop-metrics-new-*
+      a minute old: a supervisor killed before its rename) ─ make .agentloop-metrics-new-*
       ─ lock it ─ rename to agentloop-metrics-* (never seen unlocked) ─ … ─ close: remove
 """
 
@@ -28,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,9 @@ FOLDED_KINDS = ("counter", "histogram", "summary", "gauge_sum")
 one file. Other gauges are left alone: ``live*`` ones are deleted when a process exits, and
 ``all``/``min``/``max``/``mostrecent`` do not add up."""
 _LOCK = ".collect.lock"
+MAKING_GRACE = 60.0
+"""Seconds after which a directory still under its hidden name is an orphan: a starting
+supervisor locks and renames its own within microseconds."""
 
 
 @contextlib.contextmanager
@@ -106,11 +111,16 @@ class MetricsDir:
             os.close(self._fd)
 
 
-def sweep_orphans(parent: str) -> list[str]:
+def sweep_orphans(parent: str, *, now: float | None = None) -> list[str]:
     """Remove the shared metrics directories under ``parent`` that no live supervisor holds;
-    their paths."""
+    their paths. A directory still under its hidden name (``.agentloop-metrics-new-*``) is
+    unlocked for the moment between its making and its lock: it is removed only once it is
+    ``MAKING_GRACE`` s old (a supervisor killed in that moment left it)."""
     removed = []
-    for entry in Path(parent).glob(PREFIX + "*"):
+    now = time.time() if now is None else now
+    making = [entry for entry in Path(parent).glob(f".{PREFIX}new-*")
+              if _older_than(entry, now - MAKING_GRACE)]
+    for entry in [*Path(parent).glob(PREFIX + "*"), *making]:
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
@@ -127,3 +137,10 @@ def sweep_orphans(parent: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _older_than(entry: Path, when: float) -> bool:
+    try:
+        return entry.stat().st_mtime < when
+    except OSError:
+        return False  # gone meanwhile

@@ -190,3 +190,32 @@ def test_a_file_the_fold_cannot_read_is_left_and_logged_not_raised(
         fold_metrics(str(tmp_path), 42)
     assert (tmp_path / "counter_42.db").exists()
     assert "could not fold the metrics of process 42" in caplog.text
+
+
+def test_a_directory_left_under_its_hidden_name_is_removed_once_a_minute_old(
+        tmp_path: Path) -> None:
+    """A supervisor killed between making its directory and renaming it leaves it hidden and
+    unlocked. A starting supervisor's own is in that state for microseconds, so only one a
+    minute old goes; one a live supervisor still holds stays whatever its age."""
+    import fcntl
+    import time
+
+    from app.telemetry.multiprocess import MAKING_GRACE, sweep_orphans
+
+    old, young, held = (tmp_path / f".{PREFIX}new-{name}" for name in ("old", "young", "held"))
+    for path in (old, young, held):
+        path.mkdir()
+        (path / "counter_1.db").write_bytes(b"")
+    past = time.time() - MAKING_GRACE - 5
+    for path in (old, held):
+        os.utime(path, (past, past))
+    fd = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert sweep_orphans(str(tmp_path)) == [str(old)]
+        assert not old.exists() and young.is_dir() and held.is_dir()
+        # a minute on, the young one is an orphan too; the held one still is not
+        assert sweep_orphans(str(tmp_path), now=time.time() + MAKING_GRACE + 5) == [str(young)]
+        assert held.is_dir()
+    finally:
+        os.close(fd)
