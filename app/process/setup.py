@@ -44,7 +44,8 @@ def make_store(settings: Settings) -> Backend:
 
     return make_backend(settings.redis_url, lease=settings.lease_seconds,
                         run_ttl=settings.run_ttl, client_name=settings.worker_name,
-                        thread_ttl=settings.thread_ttl, cluster=settings.redis_cluster)
+                        thread_ttl=settings.thread_ttl, cluster=settings.redis_cluster,
+                        write_window=settings.event_flush_ms / 1000)
 
 
 def model_resolver(settings: Settings, env: dict[str, str],

@@ -28,6 +28,9 @@ no task) sends what was emitted meanwhile::
 
     emit ─ end of step: send batch 1 ─ emit emit ─ answer 1: send batch 2 (both) ─ answer 2
 
+(On Redis the backend may hold a batch sent so a while longer, up to the same interval, to
+share one write with other runs' batches: ``redis_lean_scripts``' window.)
+
 While streaming fast (the last write answered less than ``flush_interval`` ago) the writer
 task takes over and spaces the writes. Anything else (the run ending, fenced out, a failed
 write: retried by the writer, same batch) goes to the writer task, which first waits for the

@@ -373,3 +373,77 @@ async def test_runs_written_in_turn_keep_their_own_keys(redis_backend: RedisBack
         assert [e.seq for e in events] == [1, 2, 3]
         assert all(claim.run_id.encode() in e.data for e in events)
     assert len(redis_backend._append_to) <= 1
+
+
+async def test_lingering_calls_wait_for_the_window_unless_a_call_takes_them_along(
+        client: Redis) -> None:
+    """With a window, the sink's event batches (``linger``) share one write: they go out once
+    the last write is ``window`` old, at once after a quiet spell, and at once with any call
+    that may not linger (a request's commands, a service event). Close fails those still
+    lingering. Windows of 30 s show "taken along" without timing anything close."""
+    script = client.register_script(ECHO)
+    params = lean_params(client)
+    assert params is not None
+    short = LeanScripts(client, params, timeout=5.0, window=0.2)
+    assert await short.call(script, ["k"], ["warm"]) == b"warm"  # a write, not lingering
+    written = short._last_write
+    writes = _count_writes(short)
+    lingering = []
+    for n in range(5):  # five ticks, each with a batch
+        await asyncio.sleep(0)
+        lingering.append(short.call_soon(script, ["k"], [str(n)], linger=True))
+    assert await asyncio.gather(*lingering) == [str(n).encode() for n in range(5)]
+    assert asyncio.get_running_loop().time() >= written + 0.2
+    assert writes == [1]  # the five together, once the window had passed
+    await short.close()
+
+    long = LeanScripts(client, params, timeout=5.0, window=30.0)
+    # nothing written for a window (here: ever): the first batch goes out at once
+    first = long.call_soon(script, ["k"], ["first"], linger=True)
+    assert await asyncio.wait_for(first, 10) == b"first"
+    writes = _count_writes(long)
+    waiting = [long.call_soon(script, ["k"], [f"w{n}"], linger=True) for n in range(3)]
+    await asyncio.sleep(0)
+    assert await long.commands(("PING",)) == [b"PONG"]  # a request's commands: at once
+    assert [await asyncio.wait_for(w, 10) for w in waiting] == [b"w0", b"w1", b"w2"]
+    assert writes == [1]  # the batches went out with the PING, in the same write
+    assert await asyncio.wait_for(long.call(script, ["k"], ["urgent"]), 10) == b"urgent"
+    left = long.call_soon(script, ["k"], ["left"], linger=True)
+    await asyncio.sleep(0)
+    assert not left.done()  # the window since the last write has not passed
+    await long.close()
+    with pytest.raises(RedisConnectionError):
+        await left
+
+
+async def test_the_service_lets_event_batches_wait_for_the_flush_interval(
+        redis_url: str) -> None:
+    """``AGENTLOOP_EVENT_FLUSH_MS`` is the window of the backend the service makes: a run's
+    batch waits for it, a service event (a steer's ``message_queued``) does not and takes the
+    batch along."""
+    from app.config import Settings
+    from app.engine.events import MessageQueued
+    from app.process.setup import make_store
+
+    backend = make_store(Settings(redis_url=redis_url, event_flush_ms=30_000))
+    assert isinstance(backend, RedisBackend)
+    assert isinstance(backend._pipeline, LeanScripts) and backend._pipeline._window == 30.0
+    await backend.start()
+    try:
+        claim = await created_and_claimed(backend)
+        writes = _count_writes(backend._pipeline)
+        answers: list[tuple[int, BaseException | None]] = []
+        backend.append_soon(claim.run_id, claim.attempt, batch("a"),
+                            lambda seq, error: answers.append((seq, error)))
+        assert answers == []  # only once Redis answered
+        first = backend.append_soon(claim.run_id, claim.attempt, batch("b"),
+                                    lambda seq, error: answers.append((seq, error)))
+        assert first is not None
+        await asyncio.sleep(0)
+        assert not first.done()  # lingering: the window since the claim's write is 30 s
+        seq = await asyncio.wait_for(backend.append_service_event(
+            claim.run_id, MessageQueued(message_id="m1", kind="steer")), 10)
+        assert seq == 3 and answers == [(1, None), (2, None)]
+        assert writes == [1]  # both batches went out with the service event
+    finally:
+        await backend.close()

@@ -47,14 +47,15 @@ class RedisCore:
     """See the module docstring. ``lease`` and ``run_ttl`` in seconds; ``max_connections``
     bounds the pool (callers wait up to ``socket_timeout`` for a free connection);
     ``client_name`` shows in CLIENT LIST (workers use their name); ``cluster``: ``url`` names
-    seed nodes of a Redis Cluster (comma-separated)."""
+    seed nodes of a Redis Cluster (comma-separated); ``write_window``: seconds the event
+    batches of all runs may wait to share one write (``LeanScripts``' window)."""
 
     name = "redis"
 
     def __init__(self, url: str, *, lease: float = 5.0, run_ttl: float = 7 * 86400.0,
                  connect_timeout: float = 0.5, socket_timeout: float = 5.0,
                  max_connections: int = 256, client_name: str | None = None,
-                 cluster: bool = False) -> None:
+                 cluster: bool = False, write_window: float = 0.0) -> None:
         self.lease = lease
         self.run_ttl = run_ttl
         self.client: Redis | RedisCluster
@@ -81,7 +82,8 @@ class RedisCore:
             self.client = Redis(connection_pool=pool)
             lean = lean_params(self.client) if LEAN_SCRIPTS else None
             self._pipeline = (ScriptPipeline(self.client) if lean is None
-                              else LeanScripts(self.client, lean, timeout=socket_timeout))
+                              else LeanScripts(self.client, lean, timeout=socket_timeout,
+                                               window=write_window))
             self.notifier = Notifier(self.client, self.cancel_requested)
         self.feeds = self.notifier.feeds  # live SSE frames from the notes (app.delivery.tap)
         self.fresh_runs = FreshRuns()  # created here: a new stream's first page
