@@ -23,6 +23,7 @@ import statistics
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -83,16 +84,20 @@ def one_round(client: redis.Redis, pid: int, sha: str, calls: int) -> tuple[floa
 def measure(trees: dict[str, Path], rounds: int, calls: int) -> dict[str, object]:
     server = start_redis()
     stop = threading.Event()
+    drainer: threading.Thread | None = None
+    closing: list[Any] = []
     try:
         client = redis.Redis(port=server.port)
         pubsub = redis.Redis(port=server.port).pubsub()  # type: ignore[no-untyped-call]
+        closing += [pubsub, client]
         pubsub.subscribe(CHANNEL)
 
         def drain() -> None:
             while not stop.is_set():
                 pubsub.get_message(timeout=0.05)
 
-        threading.Thread(target=drain, daemon=True).start()
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
         pid = server.popen.pid
         shas = {name: client.script_load(script_of(root)) for name, root in trees.items()}
         seen: dict[str, list[float]] = {name: [] for name in trees}
@@ -114,6 +119,10 @@ def measure(trees: dict[str, Path], rounds: int, calls: int) -> dict[str, object
         return summary
     finally:
         stop.set()
+        if drainer is not None:
+            drainer.join(timeout=10)  # before its connection and the server go
+        for connection in closing:
+            connection.close()
         server.stop()
 
 

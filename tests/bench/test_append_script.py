@@ -25,6 +25,8 @@ def test_a_round_writes_one_event_per_call_and_reads_the_servers_cpu() -> None:
         assert client.xlen(append_script._keys(0)[1]) == 2
         note = pubsub.get_message(timeout=5)
         assert note is not None and note["data"].startswith(b"e:run_0:2:2\n2\tmessage_update")
+        pubsub.close()
+        client.close()
     finally:
         server.stop()
 
