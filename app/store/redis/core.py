@@ -180,8 +180,9 @@ class RedisCore:
         args += batch.checkpoint
         for kind, message_id in batch.acks:
             args += (kind, message_id)
-        for name, value in encode_fields(batch.fields or {}).items():
-            args += (name, value)
+        if batch.fields:  # a text delta's batch has none: no set or dict built for it
+            for name, value in encode_fields(batch.fields).items():
+                args += (name, value)
         return run_keys, args
 
     def _notes(self) -> str:
