@@ -243,15 +243,20 @@ class LeanScripts:
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append(_Call(script, keys, args, future, commands=commands))
         self._urgent = self._urgent or not linger
-        if self._scheduled:
-            return future
-        due = self._last_write + self._window
-        if self._urgent or loop.time() >= due:
+        if not self._scheduled and not self._lingering(loop):
             self._scheduled = True
             loop.call_soon(self._flush_soon)
-        elif self._linger is None:
-            self._linger = loop.call_at(due, self._flush_lingering)
         return future
+
+    def _lingering(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether what is pending may wait for the window since the last write to pass (only
+        lingering calls, the window not passed); if so, a timer sends it then."""
+        due = self._last_write + self._window
+        if self._urgent or loop.time() >= due:
+            return False
+        if self._linger is None:
+            self._linger = loop.call_at(due, self._flush_lingering)
+        return True
 
     def _flush_soon(self) -> None:
         self._scheduled = False
@@ -278,14 +283,8 @@ class LeanScripts:
     def drained(self) -> None:
         """Every reply is in: what was queued meanwhile goes out in one write (lingering
         calls alone once the window since the last write has passed)."""
-        if not self._pending:
-            return
-        loop = asyncio.get_running_loop()
-        due = self._last_write + self._window
-        if self._urgent or loop.time() >= due:
+        if self._pending and not self._lingering(asyncio.get_running_loop()):
             self._flush()
-        elif self._linger is None:
-            self._linger = loop.call_at(due, self._flush_lingering)
 
     def _send(self, calls: list[_Call]) -> None:
         calls = [c for c in calls if not c.future.done()]  # a caller cancelled: not sent
