@@ -8,7 +8,7 @@ import pytest
 
 from app.store.records import StoredEvent
 from app.store.redis.backend import RedisBackend
-from app.store.redis.notify import parse_note
+from app.store.redis.notify import parse_batch, parse_head
 from tests.backends.helpers import batch, created_and_claimed
 
 
@@ -57,16 +57,17 @@ async def test_a_big_batch_is_announced_without_its_events(redis_backend: RedisB
 
 def test_notes_parse_and_refuse_what_they_cannot_prove() -> None:
     note = b'e:run_1:3:4\n3\tturn_start\t{"seq":3}\n4\tturn_end\t{"seq":4}'
-    kind, run_id, last, found = parse_note(note)  # type: ignore[misc]
-    assert (kind, run_id, last) == ("e", "run_1", 4)
+    head = parse_head(note)
+    assert head is not None and head[:4] == ("e", "run_1", 3, 4)
+    found = parse_batch(*head[2:])
     assert found is not None and [(e.seq, e.type, e.data) for e in found] == [
         (3, "turn_start", b'{"seq":3}'), (4, "turn_end", b'{"seq":4}')]
-    assert parse_note(b"e:run_1:3:4")[3] is None  # type: ignore[index]
-    gap = b'e:run_1:3:5\n3\tx\t{}\n5\tx\t{}'
-    assert parse_note(gap)[3] is None  # type: ignore[index]
-    assert parse_note(b"c:run_1")[:2] == ("c", "run_1")  # type: ignore[index]
+    assert parse_batch(3, 4, b"") is None  # a note without its batch
+    assert parse_batch(3, 5, b'3\tx\t{}\n5\tx\t{}') is None  # a gap
+    assert parse_head(b"c:run_1") == ("c", "run_1", 0, 0, b"")
+    assert parse_head(b"x:run_1:3") is None
     with pytest.raises(ValueError):
-        parse_note(b"e:run_1:3:4\nnot a line")
+        parse_batch(3, 4, b"not a line")
 
 
 async def test_a_note_is_read_past_its_head_only_for_a_run_followed_here(

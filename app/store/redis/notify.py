@@ -71,15 +71,6 @@ def parse_batch(first: int, last: int, rest: bytes) -> list[StoredEvent] | None:
     return batch
 
 
-def parse_note(data: bytes) -> tuple[str, str, int, list[StoredEvent] | None] | None:
-    """``(kind, run_id, last_seq, batch)`` of a note; batch None when absent or malformed."""
-    head = parse_head(data)
-    if head is None:
-        return None
-    kind, run_id, first, last, rest = head
-    return kind, run_id, last, (parse_batch(first, last, rest) if kind == "e" else None)
-
-
 class Notifier:
     """The listener task and the waiters it wakes (created lazily on first use)."""
 
@@ -202,21 +193,7 @@ class Notifier:
             return
         kind, run_id, first, last, rest = head
         if kind == "e":
-            # the batch is read only for a run someone here follows: with ``--processes N``
-            # every process hears every other's notes too
-            watched, fed = run_id in self._watched, self.feeds.watched(run_id)
-            if watched or fed:
-                try:
-                    batch = parse_batch(first, last, rest)
-                except (ValueError, UnicodeDecodeError):
-                    batch = None  # a malformed batch is read from the log instead
-                if watched:
-                    self._remember(run_id, last, batch)
-                if fed:
-                    if batch is None:
-                        self.feeds.resync(run_id)  # the note did not carry it: read the log
-                    else:
-                        self.feeds.push(run_id, batch)
+            self._hand_over(run_id, first, last, rest)
             event = self._events.pop(run_id, None)
         elif kind == "p":  # parked: its readers look at the status (no event was added)
             event = self._events.pop(run_id, None)
@@ -224,6 +201,25 @@ class Notifier:
             event = self._cancels.get(run_id)
         if event is not None:
             event.set()
+
+    def _hand_over(self, run_id: str, first: int, last: int, rest: bytes) -> None:
+        """An ``e:`` note's batch to the run's tails and feeds here. It is parsed only for a
+        run someone here follows: with ``--processes N`` every process hears every other's
+        notes too. A malformed batch is read from the log instead."""
+        watched, fed = run_id in self._watched, self.feeds.watched(run_id)
+        if not (watched or fed):
+            return
+        try:
+            batch = parse_batch(first, last, rest)
+        except (ValueError, UnicodeDecodeError):
+            batch = None
+        if watched:
+            self._remember(run_id, last, batch)
+        if fed:
+            if batch is None:
+                self.feeds.resync(run_id)  # the note did not carry it: read the log
+            else:
+                self.feeds.push(run_id, batch)
 
     def _remember(self, run_id: str, last: int, batch: list[StoredEvent] | None) -> None:
         self._last[run_id] = last
