@@ -7,12 +7,8 @@ compared as ``'"completed"'``. Queue entries are ``<id>\\t<json>``: scripts matc
 
 from __future__ import annotations
 
-_PRELUDE = """
+_HELPERS = """
 local run = KEYS[1]
-if redis.call('EXISTS', run) == 0 then return redis.error_reply('NOTFOUND') end
-if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
-  return redis.error_reply('FENCED')
-end
 local function id_of(v) return string.match(v, '^([^\\t]*)\\t') end
 local function remove_id(key, id)
   for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
@@ -20,10 +16,10 @@ local function remove_id(key, id)
   end
   return false
 end
-local function ended()
-  local status = redis.call('HGET', run, 'status')
+local function is_ended(status)
   return status == '"completed"' or status == '"failed"' or status == '"cancelled"'
 end
+local function ended() return is_ended(redis.call('HGET', run, 'status')) end
 local function closed() return ended() or redis.call('HEXISTS', run, 'closed') == 1 end
 -- one event (seq allocated here) written and announced like APPEND does
 local function add_event(stream, type_, body, channel, note)
@@ -36,6 +32,15 @@ local function add_event(stream, type_, body, channel, note)
   else redis.call('PUBLISH', channel, text) end
 end
 """
+"""The run's key and the helpers every run script may use."""
+
+_PRELUDE = _HELPERS + """
+if redis.call('EXISTS', run) == 0 then return redis.error_reply('NOTFOUND') end
+if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
+  return redis.error_reply('FENCED')
+end
+"""
+"""The helpers, then the checks of every run script but APPEND: ``NOTFOUND``, ``FENCED``."""
 
 _PUBLISH = """
 local function publish(channel, note)
@@ -50,8 +55,7 @@ end
 # Runs once per model frame, so it reads the run with one HMGET and writes it with one HSET
 # (the prelude's checks, the token, seq and fields: 9 calls per frame became 4) and checks
 # what the prelude checks, in its order: NOTFOUND, FENCED, a repeated token, ENDED.
-APPEND = """
-local run = KEYS[1]
+APPEND = _HELPERS + _PUBLISH + """
 local f = redis.call('HMGET', run, 'attempt', 'token', 'status', 'last_seq')
 -- every run hash has a status: without one, look whether the run exists at all
 if not f[3] and redis.call('EXISTS', run) == 0 then return redis.error_reply('NOTFOUND') end
@@ -59,10 +63,7 @@ if ARGV[1] ~= '' and f[1] ~= ARGV[1] then return redis.error_reply('FENCED') end
 local token = ARGV[2]
 if token ~= '' and f[2] == token then return tonumber(f[4]) end
 local ne, nc, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local status = f[3]
-if ne > 0 and (status == '"completed"' or status == '"failed"' or status == '"cancelled"') then
-  return redis.error_reply('ENDED')
-end
+if ne > 0 and is_ended(f[3]) then return redis.error_reply('ENDED') end
 local i = 9
 local seq = tonumber(f[4] or '0')
 local last = f[4]
@@ -85,10 +86,7 @@ for _ = 1, nc do redis.call('RPUSH', KEYS[3], ARGV[i]); i = i + 1 end
 for _ = 1, na do
   local key = KEYS[4]
   if ARGV[i] == 'follow_up' then key = KEYS[5] end
-  local id = ARGV[i + 1]
-  for _, v in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    if string.match(v, '^([^\\t]*)\\t') == id then redis.call('LREM', key, 1, v); break end
-  end
+  remove_id(key, ARGV[i + 1])
   i = i + 2
 end
 for _ = 1, nf do
@@ -101,8 +99,7 @@ if #set > 0 then redis.call('HSET', run, unpack(set)) end
 if ne > 0 then
   local note = ARGV[8] .. ':' .. first .. ':' .. seq
   if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
-  if string.find(ARGV[7], '{', 1, true) then redis.call('SPUBLISH', ARGV[7], note)
-  else redis.call('PUBLISH', ARGV[7], note) end
+  publish(ARGV[7], note)
 end
 return tonumber(last or '0')
 """
