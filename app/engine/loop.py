@@ -120,6 +120,8 @@ class AgentLoop:
         self.pending_source: MessageSource | None = None
         self.pending_msgs: list[Message] = []
         """Messages to inject before the next model call (prompts and taken queue messages)."""
+        self.polled = False
+        """The steering queue was polled after the turn's last pick, nothing awaited since."""
         self.invalid_args: dict[str, str] = {}
         self.reopened = False
         """The next round continues the turn a lost attempt started (no new turn_start)."""
@@ -196,10 +198,12 @@ class AgentLoop:
                     return self._outcome(message.stop_reason, message.error_message)
                 calls = message.tool_calls()
                 more_tools = bool(calls)
+                self.polled = False
                 results = await self._execute(calls, message) if calls else []
                 self.emit(TurnEnd(message=message, tool_results=results))
                 self._check_abort()
-                await self._poll(self.steering, self.cfg.steering_mode)
+                if not self.polled and (more_tools or not self._ends_with_close()):
+                    await self._poll(self.steering, self.cfg.steering_mode)
             invalid = self._judge_output()
             if invalid is not None:
                 return invalid
@@ -226,7 +230,13 @@ class AgentLoop:
 
     async def _late_messages(self) -> bool:
         """Whether a queued message keeps the run going; False once the queues are closed
-        (atomically, only while both are empty), so no message accepted later is lost."""
+        (atomically, only while both are empty), so no message accepted later is lost. The
+        close is tried first: it succeeds exactly when the polls would take nothing, so a run
+        with nothing queued ends in one store call instead of four."""
+        if self.close_queues is not None:
+            if await self.close_queues():
+                return False
+            await self._poll(self.steering, self.cfg.steering_mode)  # steering goes first
         while True:
             await self._poll(self.follow_up, self.cfg.follow_up_mode)
             await self._poll(self.steering, self.cfg.steering_mode)  # one sent after its poll
@@ -234,6 +244,12 @@ class AgentLoop:
                 return True
             if self.close_queues is None or await self.close_queues():
                 return False
+
+    def _ends_with_close(self) -> bool:
+        """Whether a turn without picks goes straight to ``_late_messages``' close, whose
+        failure polls steering first: the turn's own steering poll would only repeat it (not
+        when the final answer is judged first: a steer taken here skips the judging)."""
+        return self.close_queues is not None and self.output is None
 
     def _judge_output(self) -> LoopOutcome | None:
         """The final answer against the response format (``app.engine.output``): None when it
@@ -308,10 +324,12 @@ class AgentLoop:
             elif cut_off:
                 results.append(self._skip(call, CUT_OFF_BY_LENGTH))
             else:
+                self.polled = False
                 result = await self._run_decided(call)
                 results.append(self._finish_call(call, result))
                 if not self.abort.is_set():
                     await self._poll(self.steering, self.cfg.steering_mode)
+                    self.polled = True
         return results
 
     async def _wait_for_people(self, gate: ApprovalGate, calls: list[ToolCall]) -> None:

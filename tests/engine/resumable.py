@@ -67,8 +67,9 @@ def shared(*script: ScriptItem) -> tuple[FakeProvider, Callable[[str], tuple[Pro
 
 
 class StuckFollowUp:
-    """A backend whose follow-up ``take`` never returns: the loop sits where a run with a final
-    answer waits for follow-ups (``reached`` set), so stopping the worker hands it back there."""
+    """A backend whose ``close_queues`` and follow-up ``take`` never return: the loop sits
+    where a run with a final answer looks for follow-ups before it ends (``reached`` set), so
+    stopping the worker hands it back there."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -84,6 +85,11 @@ class StuckFollowUp:
             await asyncio.Event().wait()
         return await self._backend.take(run_id, kind, mode, attempt,  # type: ignore[arg-type]
                                         token)
+
+    async def close_queues(self, run_id: str, attempt: int) -> bool:
+        self.reached.set()
+        await asyncio.Event().wait()
+        return False
 
 
 def one_result_per_call(history: list[dict[str, Any]]) -> bool:
