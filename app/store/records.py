@@ -90,11 +90,14 @@ class StoredEvent:
 
 @dataclass(slots=True, frozen=True)
 class Claim:
-    """A run handed to a worker: ``attempt`` fences its writes; ``resumed`` after a crash."""
+    """A run handed to a worker: ``attempt`` fences its writes; ``resumed`` after a crash;
+    ``record`` the run as the claim found it, when the store read it in the same step (the
+    worker then needs no read of its own)."""
 
     run_id: str
     attempt: int
     resumed: bool
+    record: RunRecord | None = None
 
 
 @dataclass(slots=True, kw_only=True)

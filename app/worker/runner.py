@@ -93,7 +93,7 @@ async def run_claim(deps: RunnerDeps, claim: Claim) -> None:
     log line about it, from here and from the tasks it starts, carries its run_id and tenant."""
     with bind(run_id=claim.run_id):
         try:
-            record = await retrying(lambda: deps.backend.get_run(claim.run_id))
+            record = claim.record or await retrying(lambda: deps.backend.get_run(claim.run_id))
         except asyncio.CancelledError:  # stopped before anything: not a death either
             with contextlib.suppress(BackendError):
                 await hand_back_unstarted(deps.backend, claim)

@@ -4,6 +4,9 @@ prompt resume, TTL after finish, and the cancel signal's latency."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from app.store import Backend
 from tests.backends.conftest import LEASE
@@ -75,3 +78,41 @@ async def test_cancel_reaches_the_watcher_within_100ms(backend: Backend) -> None
     assert latency < 0.1
     assert await backend.cancel_requested(claim.run_id)
     await asyncio.wait_for(backend.wait_cancel(claim.run_id), 1)  # already asked: at once
+
+
+async def test_a_claim_carrying_the_record_carries_it_as_claimed(backend: Backend) -> None:
+    """The Redis claim reads the run in its own step, so the worker needs no read of its own:
+    that record is the run as a read right after the claim finds it (attempt, worker). The
+    in-process backend carries none (a read there costs no round trip)."""
+    rec, _ = await backend.create_run(record(metadata={"k": "v"}))
+    claim = await backend.claim("w1", timeout=1.0)
+    assert claim is not None and claim.run_id == rec.id
+    read = await backend.get_run(rec.id)
+    assert read is not None
+    if backend.__class__.__name__.startswith("Memory"):
+        assert claim.record is None
+        return
+    assert claim.record == read
+    assert (claim.record.attempt, claim.record.worker, claim.record.metadata) == (1, "w1",
+                                                                                  {"k": "v"})
+
+
+async def test_a_claim_sets_the_liveness_key_unless_it_was_set_within_a_quarter_lease(
+        backend: Backend) -> None:
+    """A claim is a heartbeat, but a key set less than a quarter of a lease ago is not set
+    again on every claim (a busy worker claims tens of times a second)."""
+    if backend.__class__.__name__.startswith("Memory"):
+        pytest.skip("the in-process backend keeps liveness in memory")
+    from app.store.redis import keys
+    client: Any = backend.client  # type: ignore[attr-defined]
+    key = keys.worker_key("w1")
+    await backend.heartbeat("w1")
+    await client.delete(key)  # as if it lapsed: only a claim's own write brings it back
+    await backend.create_run(record())
+    assert await backend.claim("w1", timeout=1.0) is not None
+    assert not await client.exists(key)  # set just now by the heartbeat: not again
+    await asyncio.sleep(LEASE / 4)
+    await backend.create_run(record())
+    assert await backend.claim("w1", timeout=1.0) is not None
+    assert await client.exists(key)
+    assert 0 < await client.pttl(key) <= LEASE * 1000

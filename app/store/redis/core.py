@@ -94,6 +94,7 @@ class RedisCore:
                         for name in THREAD_SCRIPTS})
         self._group_ready = False
         self._next_scan = 0.0
+        self._alive_at: dict[str, float] = {}  # worker: loop time its liveness key was set
 
     async def _run(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._pipeline.call(self._s[name], keys_, args)

@@ -15,6 +15,7 @@ from app.store.records import Claim
 from app.store.redis import keys
 from app.store.redis.core import RedisCore
 from app.store.redis.errors import guard
+from app.store.redis.records import decode_record, pairs
 
 _Entry = tuple[bytes, dict[bytes, bytes] | None]
 """A job stream entry: its id and fields (None once deleted)."""
@@ -69,7 +70,8 @@ class RedisDispatch(RedisCore):
                 entries = [entry for _, found in rows or [] for entry in found]
             claims = await self._assign_all(worker, entries)
             if claims:
-                await self._alive(worker)  # a claim is a heartbeat
+                if loop.time() - self._alive_at.get(worker, -self.lease) >= self.lease / 4:
+                    await self._alive(worker)  # a claim is a heartbeat (unless one was recent)
                 return claims
 
     async def _lapsed(self, worker: str, count: int) -> list[_Entry]:
@@ -97,7 +99,9 @@ class RedisDispatch(RedisCore):
         return list(claimed)
 
     async def _alive(self, worker: str) -> None:
+        set_at = asyncio.get_running_loop().time()
         await self.client.set(keys.worker_key(worker), b"1", px=max(1, int(self.lease * 1000)))
+        self._alive_at[worker] = set_at
 
     async def _assign_all(self, worker: str, entries: list[tuple[bytes, dict[bytes, bytes] | None]]
                           ) -> list[Claim]:
@@ -109,17 +113,18 @@ class RedisDispatch(RedisCore):
                       ) -> Claim | None:
         run_id = (fields or {}).get(b"run", b"").decode()
         try:
-            attempt = int(await self._run("CLAIM", [keys.run_key(run_id),
-                                                    *keys.queue_keys(run_id)],
-                                          ["", orjson.dumps(worker), entry_id]))
+            reply = await self._run("CLAIM", [keys.run_key(run_id), *keys.queue_keys(run_id)],
+                                    ["", orjson.dumps(worker), entry_id])
         except ResponseError as exc:
             if "NOTFOUND" not in str(exc):
                 raise
-            attempt = 0
-        if attempt == 0:  # ended or expired: the job is done
+            reply = 0
+        if not reply:  # ended or expired: the job is done
             await self._drop_job(entry_id)
             return None
-        return Claim(run_id=run_id, attempt=attempt, resumed=attempt > 1)
+        attempt, raw = int(reply[0]), reply[1]
+        return Claim(run_id=run_id, attempt=attempt, resumed=attempt > 1,
+                     record=decode_record(pairs(raw)))
 
     @guard
     async def heartbeat(self, worker: str) -> None:

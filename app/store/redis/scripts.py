@@ -111,8 +111,9 @@ return 1
 """
 
 # KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
-# ARGV '', worker (JSON), job entry id. Returns the new attempt, 0 if the run already ended
-# or is parked (a stale job entry of a run that parked).
+# ARGV '', worker (JSON), job entry id. Returns {the new attempt, the run hash as HGETALL
+# gives it} (the worker's first read, in the same step), 0 if the run already ended or is
+# parked (a stale job entry of a run that parked).
 CLAIM = _PRELUDE + """
 local status = redis.call('HGET', run, 'status')
 if status == '"completed"' or status == '"failed"' or status == '"cancelled"'
@@ -127,7 +128,7 @@ for k = 0, 1 do
   end
   redis.call('DEL', KEYS[4 + k])
 end
-return attempt
+return {attempt, redis.call('HGETALL', run)}
 """
 
 # KEYS run + every other key of the run; ARGV attempt, ttl seconds. Returns the job entry id.
