@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.engine.approvals import UNANSWERED, ApprovalGate, Decision, WaitingCall
 from app.engine.cancelling import raise_if_cancelling
@@ -39,7 +39,7 @@ from app.engine.events import (
     TurnStart,
 )
 from app.engine.history import call_ids_in, repair, unanswered_calls
-from app.engine.loop_config import LoopConfig, LoopOutcome
+from app.engine.loop_config import LoopConfig, LoopOutcome, outcome_of
 from app.engine.output import OutputCheck
 from app.engine.queues import MessageSource, QueuedMessage, QueueMode
 from app.engine.resume_point import Resume, last_reply, results_after
@@ -55,17 +55,8 @@ from app.engine.tool_exec import (
     run_tool,
 )
 from providers.base import ForcedTool, ModelRequest, Provider, ToolChoice
-from providers.messages import (
-    AssistantMessage,
-    Message,
-    ToolCall,
-    ToolResultMessage,
-    Usage,
-)
+from providers.messages import AssistantMessage, Message, ToolCall, ToolResultMessage
 from tool_registry import Menu, ToolContext, ToolResult
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
@@ -482,20 +473,8 @@ class AgentLoop:
             raise _Aborted
 
     def _outcome(self, reason: RunStopReason, error: str | None) -> LoopOutcome:
-        usage = Usage()
-        result: str | None = None
-        for msg in self.added:
-            if isinstance(msg, AssistantMessage):
-                usage.add(msg.usage)
-                if msg.stop_reason in ("stop", "length", "tool_use"):
-                    result = msg.text() or result
-        if reason != "stop":
-            last = next((m for m in reversed(self.added) if isinstance(m, AssistantMessage)),
-                        None)
-            result = last.text() if last is not None and last.text() else None
-        output = self.output.value if self.output is not None and reason == "stop" else None
-        return LoopOutcome(stop_reason=reason, error=error, result=result,
-                           messages=self.added, usage=usage, output=output)
+        return outcome_of(self.added, reason, error,
+                          self.output.value if self.output is not None else None)
 
 
 async def run_loop(*, provider: Provider, menu: Menu, config: LoopConfig,

@@ -13,7 +13,7 @@ from app.engine.queues import QueueMode
 from app.engine.shared_state import SharedState
 from app.engine.streaming import Deadline
 from providers.base import Provider, ResponseFormat, ToolChoice
-from providers.messages import Message, Usage
+from providers.messages import AssistantMessage, Message, Usage
 
 if TYPE_CHECKING:
     from app.engine.nested import Replay
@@ -83,3 +83,21 @@ class LoopOutcome:
     parked: list[WaitingCall] = field(default_factory=list)
     """Non-empty: the loop stopped to wait for these answers (no ``agent_end`` was sent); the
     runner parks the run and continues it from the checkpoint once they arrive."""
+
+
+def outcome_of(added: list[Message], reason: RunStopReason, error: str | None,
+               output: dict[str, Any] | None) -> LoopOutcome:
+    """The outcome of a loop that added ``added``: their usage summed; the result is the last
+    text of a normal reply (``stop``), else the text of the very last reply, if any."""
+    usage = Usage()
+    result: str | None = None
+    for msg in added:
+        if isinstance(msg, AssistantMessage):
+            usage.add(msg.usage)
+            if msg.stop_reason in ("stop", "length", "tool_use"):
+                result = msg.text() or result
+    if reason != "stop":
+        last = next((m for m in reversed(added) if isinstance(m, AssistantMessage)), None)
+        result = last.text() if last is not None and last.text() else None
+    return LoopOutcome(stop_reason=reason, error=error, result=result, messages=added,
+                       usage=usage, output=output if reason == "stop" else None)
