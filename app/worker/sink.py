@@ -125,6 +125,8 @@ class EventSink:
             backend if self._now is None and _appends_soon(backend) else None)
         self._inflight: asyncio.Future[Any] | None = None
         """The in-place write on its way (``append_soon``): the next waits for its reply."""
+        self._out: asyncio.Future[int] | None = None
+        """The writer's last store write (a task of its own: ``stop`` waits for it)."""
         self._last_write = -float("inf")
         """When the last write (in place or by the writer) was answered (loop time)."""
         self._soon: asyncio.Handle | None = None
@@ -175,12 +177,15 @@ class EventSink:
 
     async def stop(self) -> None:
         """Write nothing more (its runner crashed): the writer is cancelled, what is buffered
-        or emitted later is dropped, and an in-place write already out is waited for, so
-        nothing of this sink lands after this returns."""
+        or emitted later is dropped, and a write already out (in place, or the writer's:
+        cancelling its caller does not take back a command a pipeline has sent) is waited
+        for, so nothing of this sink lands after this returns."""
         self._stopped = True
         if not self.task.done():
             self.task.cancel()
         await self._after_inflight()
+        if self._out is not None:
+            await asyncio.wait([self._out])
         self.report_written()
 
     async def close(self, **final: Any) -> None:
@@ -352,8 +357,10 @@ class EventSink:
         delay = 0.05
         while True:
             try:
-                self.last_seq = await self.backend.append_events(self.run_id, self.attempt,
-                                                                 batch)
+                self._out = asyncio.ensure_future(
+                    self.backend.append_events(self.run_id, self.attempt, batch))
+                self._out.add_done_callback(_seen)  # its writer may be gone (stop, cancel)
+                self.last_seq = await asyncio.shield(self._out)
                 self._wrote(batch)
                 return
             except (FencedOut, RunEnded):
@@ -367,6 +374,12 @@ class EventSink:
     @staticmethod
     def _ts(t: float) -> str:
         return rfc3339_ms(t)
+
+
+def _seen(write: asyncio.Future[Any]) -> None:
+    """A write's failure marked retrieved: the writer that awaited it gets it, or is gone."""
+    if not write.cancelled():
+        write.exception()
 
 
 def _past_tools(message: Any) -> bool:
