@@ -119,7 +119,7 @@ class RedisDispatch(RedisCore):
             if "NOTFOUND" not in str(exc):
                 raise
             reply = 0
-        if not reply:  # ended or expired: the job is done
+        if not reply:  # parked or expired: the job is done
             await self._drop_job(entry_id)
             return None
         attempt, raw = int(reply[0]), reply[1]

@@ -112,12 +112,12 @@ return 1
 
 # KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
 # ARGV '', worker (JSON), job entry id. Returns {the new attempt, the run hash as HGETALL
-# gives it} (the worker's first read, in the same step), 0 if the run already ended or is
-# parked (a stale job entry of a run that parked).
+# gives it} (the worker's first read, in the same step), 0 if the run is parked (a stale job
+# entry of a run that parked). An ended run is claimed too: its job is still there only when
+# its worker was lost between its end and the job's ack, and the steps after the end (its
+# quota slot, usage, webhook: each idempotent) are then the next worker's to take again.
 CLAIM = _PRELUDE + """
-local status = redis.call('HGET', run, 'status')
-if status == '"completed"' or status == '"failed"' or status == '"cancelled"'
-  or status == '"requires_action"' then return 0 end
+if redis.call('HGET', run, 'status') == '"requires_action"' then return 0 end
 local attempt = redis.call('HINCRBY', run, 'attempt', 1)
 redis.call('HSET', run, 'worker', ARGV[2], 'job', ARGV[3])
 for k = 0, 1 do
