@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from app.store import Backend
+from app.store.memory.backend import MemoryBackend
+from app.store.redis import keys
 from tests.backends.conftest import LEASE
 from tests.backends.helpers import created_and_claimed, record
 
@@ -89,7 +91,7 @@ async def test_a_claim_carrying_the_record_carries_it_as_claimed(backend: Backen
     assert claim is not None and claim.run_id == rec.id
     read = await backend.get_run(rec.id)
     assert read is not None
-    if backend.__class__.__name__.startswith("Memory"):
+    if isinstance(backend, MemoryBackend):
         assert claim.record is None
         return
     assert claim.record == read
@@ -101,9 +103,8 @@ async def test_a_claim_sets_the_liveness_key_unless_it_was_set_within_a_quarter_
         backend: Backend) -> None:
     """A claim is a heartbeat, but a key set less than a quarter of a lease ago is not set
     again on every claim (a busy worker claims tens of times a second)."""
-    if backend.__class__.__name__.startswith("Memory"):
+    if isinstance(backend, MemoryBackend):
         pytest.skip("the in-process backend keeps liveness in memory")
-    from app.store.redis import keys
     client: Any = backend.client  # type: ignore[attr-defined]
     key = keys.worker_key("w1")
     await backend.heartbeat("w1")

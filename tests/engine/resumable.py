@@ -66,30 +66,25 @@ def shared(*script: ScriptItem) -> tuple[FakeProvider, Callable[[str], tuple[Pro
     return provider, scripted.resolver(lambda: provider)
 
 
-class StuckFollowUp:
-    """A backend whose ``close_queues`` and follow-up ``take`` never return: the loop sits
-    where a run with a final answer looks for follow-ups before it ends (``reached`` set), so
-    stopping the worker hands it back there."""
+class StuckAt:
+    """A backend whose ``method`` never returns: its caller sits there (``reached`` set), so
+    stopping the worker hands the run back, or loses it, at that point. ``close_queues``:
+    where a run with a final answer looks for queued messages before it ends."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, method: str) -> None:
         self._backend = backend
+        self._method = method
         self.reached = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
+        if name != self._method:
+            return getattr(self._backend, name)
 
-    async def take(self, run_id: str, kind: str, mode: str, attempt: int | None = None,
-                   token: str | None = None) -> Any:
-        if kind == "follow_up":
+        async def stuck(*args: Any, **kwargs: Any) -> Any:
             self.reached.set()
             await asyncio.Event().wait()
-        return await self._backend.take(run_id, kind, mode, attempt,  # type: ignore[arg-type]
-                                        token)
 
-    async def close_queues(self, run_id: str, attempt: int) -> bool:
-        self.reached.set()
-        await asyncio.Event().wait()
-        return False
+        return stuck
 
 
 def one_result_per_call(history: list[dict[str, Any]]) -> bool:

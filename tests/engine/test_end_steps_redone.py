@@ -7,31 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from app.store import Backend
 from app.store.quota_records import utc_day
 from providers import fake
 from providers.fake import FakeProvider
-from tests.engine import scripted
+from tests.engine import resumable, scripted
 from tests.engine.harness import new_record, wait_end, worker
-
-
-class LostBeforeUsage:
-    """A store whose ``accrue_usage`` never returns: its worker stops there (``reached``),
-    after the run's end is stored and before its job is acknowledged."""
-
-    def __init__(self, backend: Backend) -> None:
-        self._backend = backend
-        self.reached = asyncio.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    async def accrue_usage(self, *args: Any, **kwargs: Any) -> bool:
-        self.reached.set()
-        await asyncio.Event().wait()
-        return False
 
 
 async def runs_counted(backend: Backend, tenant: str) -> int:
@@ -43,8 +25,8 @@ async def test_the_next_worker_counts_a_run_whose_worker_was_lost_after_its_end(
         backend: Backend) -> None:
     resolve = scripted.resolver(lambda: FakeProvider(script=[fake.text("done")], repeat=True))
     rec, _ = await backend.create_run(new_record(tools=[]))
-    lost = LostBeforeUsage(backend)
-    async with worker(lost, resolve, lease=1.0):  # type: ignore[arg-type]
+    lost = resumable.StuckAt(backend, "accrue_usage")  # after the end, before the ack
+    async with worker(lost, resolve, lease=1.0):
         await asyncio.wait_for(lost.reached.wait(), 30)
     ended = await backend.get_run(rec.id)
     assert ended is not None and ended.status == "completed"

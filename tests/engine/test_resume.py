@@ -57,8 +57,8 @@ async def test_a_run_handed_back_after_its_final_answer_ends_without_the_model(
     resumable.reset()
     provider, resolve = shared(fake.text("the answer", chunks=2))
     rec, _ = await backend.create_run(new_record(tools=[]))
-    stuck = resumable.StuckFollowUp(backend)
-    await hand_back_at(backend, resolve, stuck.reached, rec.id, front=stuck)  # type: ignore[arg-type]
+    stuck = resumable.StuckAt(backend, "close_queues")
+    await hand_back_at(backend, resolve, stuck.reached, rec.id, front=stuck)
     end = await resume(backend, resolve, rec.id)
     assert (end.status, end.stop_reason, end.result) == ("completed", "stop", "the answer")
     assert len(provider.requests) == 1
@@ -70,8 +70,8 @@ async def test_a_follow_up_queued_during_the_hand_back_is_taken_as_the_loop_woul
     resumable.reset()
     provider, resolve = shared(by_round(fake.text("first"), fake.text("second")))
     rec, _ = await backend.create_run(new_record(tools=[]))
-    stuck = resumable.StuckFollowUp(backend)
-    await hand_back_at(backend, resolve, stuck.reached, rec.id, front=stuck)  # type: ignore[arg-type]
+    stuck = resumable.StuckAt(backend, "close_queues")
+    await hand_back_at(backend, resolve, stuck.reached, rec.id, front=stuck)
     await backend.enqueue(rec.id, "follow_up",
                           QueuedMessage(id="f1", message=UserMessage(content="and then?")))
     end = await resume(backend, resolve, rec.id)
