@@ -31,6 +31,8 @@ from typing import Any
 import httpx
 import orjson
 
+from providers._transport import BODY
+
 log = logging.getLogger(__name__)
 
 
@@ -116,16 +118,20 @@ class _OneIterator(httpx.AsyncByteStream):
     decoder left unread (its generators suspended, finalized later) can still be read to the end
     by ``finish_response``; closing it closes the transport's stream."""
 
-    __slots__ = ("_inner", "_it")
+    __slots__ = ("_inner", "_it", "_read")
 
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream,
+                 body: httpx.AsyncByteStream | None = None) -> None:
         self._inner = inner
+        self._read = inner if body is None else body
+        """What is iterated: the transport's own body stream when it gave one (``BODY``),
+        else ``inner``."""
         self._it: AsyncIterator[bytes] | None = None
 
     def chunks(self) -> AsyncIterator[bytes]:
         """The one iterator over the transport's stream."""
         if self._it is None:
-            self._it = aiter(self._inner)
+            self._it = aiter(self._read)
         return self._it
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -198,7 +204,9 @@ async def open_stream(client: httpx.AsyncClient, request: httpx.Request,
             continue
         if response.status_code < 300:
             if isinstance(response.stream, httpx.AsyncByteStream):
-                response.stream = _OneIterator(response.stream)
+                body = response.extensions.get(BODY)
+                response.stream = _OneIterator(
+                    response.stream, body if isinstance(body, httpx.AsyncByteStream) else None)
             return response
         body = await response.aread()
         await response.aclose()

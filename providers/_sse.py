@@ -1,12 +1,11 @@
 """Incremental server-sent-events parsing for provider streams.
 
 Bytes may arrive split anywhere (inside a line, inside a UTF-8 character); ``SSEDecoder`` keeps
-what it has not yet seen a line end for and yields whole events only.
+what it has not yet seen a line end for and returns whole events only.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 
@@ -37,8 +36,10 @@ class SSEDecoder:
         self._data: list[str] = []
         self._id: str | None = None
 
-    def feed(self, chunk: bytes) -> Iterator[SSEEvent]:
-        """Yield every event that ``chunk`` completes."""
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Every event that ``chunk`` completes (a list, not a generator: nearly every chunk
+        of a model stream completes exactly one event, and a generator's set-up and resumes
+        cost more than the list)."""
         buf = self._buf + chunk if self._buf else chunk
         keep = b""
         if b"\r" in buf:
@@ -47,18 +48,19 @@ class SSEDecoder:
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         self._buf = lines.pop() + keep
-        yield from self._lines(lines)
+        return self._lines(lines)
 
-    def flush(self) -> Iterator[SSEEvent]:
-        """End of stream: yield what is left."""
+    def flush(self) -> list[SSEEvent]:
+        """End of stream: what is left."""
         rest, self._buf = self._buf, b""
-        if rest:
-            yield from self._lines(rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-                                   .rstrip(b"\n").split(b"\n"))
+        out = self._lines(rest.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                          .rstrip(b"\n").split(b"\n")) if rest else []
         if self._data:
-            yield self._dispatch()
+            out.append(self._dispatch())
+        return out
 
-    def _lines(self, lines: list[bytes]) -> Iterator[SSEEvent]:
+    def _lines(self, lines: list[bytes]) -> list[SSEEvent]:
+        out: list[SSEEvent] = []
         data = self._data
         for line in lines:
             if line[:5] == b"data:":
@@ -66,13 +68,14 @@ class SSEDecoder:
                 data.append(value.decode("utf-8", "replace"))
             elif not line:
                 if data or self._event:
-                    yield self._dispatch()
+                    out.append(self._dispatch())
                     data = self._data
             else:
                 event = self._line(line.decode("utf-8", "replace"))
                 if event is not None:
-                    yield event
+                    out.append(event)
                     data = self._data
+        return out
 
     def _line(self, line: str) -> SSEEvent | None:
         if not line:
@@ -96,12 +99,3 @@ class SSEDecoder:
         self._data = []
         return event
 
-
-async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
-    """The events of a byte stream (e.g. ``httpx.Response.aiter_bytes()``)."""
-    decoder = SSEDecoder()
-    async for chunk in chunks:
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.flush():
-        yield event

@@ -27,6 +27,10 @@ import httptools
 import httpx
 
 Key = tuple[str, str, int]
+BODY = "agentloop.body"
+"""The response extension holding the body stream itself: httpx wraps a transport's stream in
+one more generator layer per chunk, which a reader of this transport's bodies can skip
+(``providers._http.body_chunks``); closing still goes through httpx's wrapper."""
 
 
 class _Conn(asyncio.Protocol):
@@ -270,7 +274,7 @@ class LeanHTTP1Transport(httpx.AsyncBaseTransport):
             raise
         stream = _Body(self, key, conn, read_timeout)
         return httpx.Response(conn.status, headers=conn.headers, stream=stream,
-                              extensions={"http_version": b"HTTP/1.1"})
+                              extensions={"http_version": b"HTTP/1.1", BODY: stream})
 
 
 def _serialize(request: httpx.Request, body: bytes) -> bytes:

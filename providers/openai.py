@@ -129,7 +129,7 @@ class ChatStreamParser(StreamParser):
         chunk: Any = orjson.loads(data)
         if not isinstance(chunk, dict):
             return []
-        out = self._start(chunk.get("model"))
+        out = [] if self._started else self._start(chunk.get("model"))
         if chunk.get("error"):
             return out + self._wire_error(chunk["error"])
         if isinstance(chunk.get("usage"), dict):
@@ -151,18 +151,23 @@ class ChatStreamParser(StreamParser):
         return [*self._start(None), error]
 
     def _choice(self, choice: dict[str, Any]) -> list[ProviderEvent]:
-        delta = choice.get("delta") or {}
+        delta = choice.get("delta")
         out: list[ProviderEvent] = []
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            out += self._thinking_delta(reasoning)
-        for key in ("content", "refusal"):
-            if isinstance(delta.get(key), str) and delta[key]:
-                out += self._text_delta(delta[key])
-        for call in delta.get("tool_calls") or []:
-            out += self._call_delta(call)
-        if choice.get("finish_reason"):
-            self._finish = str(choice["finish_reason"])
+        if delta:  # each key read once: this runs per streamed frame
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                out += self._thinking_delta(reasoning)
+            content = delta.get("content")
+            if content and isinstance(content, str):
+                out += self._text_delta(content)
+            refusal = delta.get("refusal")
+            if refusal and isinstance(refusal, str):
+                out += self._text_delta(refusal)
+            for call in delta.get("tool_calls") or []:
+                out += self._call_delta(call)
+        finish = choice.get("finish_reason")
+        if finish:
+            self._finish = str(finish)
         return out
 
     def _open(self) -> int:
@@ -178,7 +183,7 @@ class ChatStreamParser(StreamParser):
         return out
 
     def _text_delta(self, text: str) -> list[ProviderEvent]:
-        out = self._close_thinking()
+        out = [] if self._thinking is None else self._close_thinking()
         if self._text is None:
             self._text = self._open()
             out.append(TextStart(self._text))
