@@ -312,8 +312,15 @@ def encode_event(event: Event, *, seq: int, run_id: str, ts: str) -> bytes:
 
 def encode_event_body(event: Event, *, run_id: str, ts: str) -> bytes:
     """``encode_event`` without ``seq``: the backend splices ``{"seq":N,`` in when it allocates
-    the seq atomically (``app.store.contract.with_seq``)."""
-    body = orjson.dumps(event, default=_default, option=_OPTS)
+    the seq atomically (``app.store.contract.with_seq``). A streamed delta, nearly every event
+    of a run, is written as the dict ``_default`` would make of it, without calling it."""
+    if type(event) is MessageUpdate:
+        fields: dict[str, Any] = {"type": event.type, "delta": event.delta, "depth": event.depth}
+        if event.parent_tool_call_id is not None:
+            fields["parent_tool_call_id"] = event.parent_tool_call_id
+        body = orjson.dumps(fields, default=_default, option=_OPTS)
+    else:
+        body = orjson.dumps(event, default=_default, option=_OPTS)
     return b'{"run_id":%s,"ts":"%s",%s' % (orjson.dumps(run_id), ts.encode(), body[1:])
 
 
