@@ -215,6 +215,9 @@ class LeanScripts:
         self._held: list[_Call] = []  # waiting for the connection
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop of the last ``call_soon``, kept: ``asyncio.get_running_loop()`` costs a
+        ``getpid`` syscall on Python 3.11, and a batch's write asked for it four times."""
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """Run ``script`` with ``keys``/``args`` in the next write; its result or error."""
@@ -235,7 +238,9 @@ class LeanScripts:
         """``call`` (or ``commands``) without a coroutine: the future its reply settles (the
         sink's in-place writes, ``RedisBackend.append_soon``). ``linger``: it may wait up to
         ``window`` for others to share its write."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed():  # first call, or a test's earlier loop
+            loop = self._loop = asyncio.get_running_loop()
         if self._closed:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(RedisConnectionError("the script connection is closed"))
@@ -277,13 +282,13 @@ class LeanScripts:
         calls, self._pending = self._pending, []
         if calls:
             self._urgent = False
-            self._last_write = asyncio.get_running_loop().time()
+            self._last_write = (self._loop or asyncio.get_running_loop()).time()
             self._send(calls)
 
     def drained(self) -> None:
         """Every reply is in: what was queued meanwhile goes out in one write (lingering
         calls alone once the window since the last write has passed)."""
-        if self._pending and not self._lingering(asyncio.get_running_loop()):
+        if self._pending and not self._lingering(self._loop or asyncio.get_running_loop()):
             self._flush()
 
     def _send(self, calls: list[_Call]) -> None:
@@ -309,7 +314,7 @@ class LeanScripts:
             sending += [c] * c.expects()  # one entry per reply it gets
         if not sending:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         conn.send(b"".join(payloads), sending, loop.time())
         if self._timer is None:
             self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
