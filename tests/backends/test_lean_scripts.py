@@ -257,6 +257,19 @@ async def test_the_backend_takes_the_lean_path_on_a_plain_url(
     assert await redis_backend.get_run("run_missing") is None
 
 
+async def test_a_run_s_batches_do_not_fill_the_kept_blocks(redis_backend: RedisBackend) -> None:
+    """Each batch's token is new: kept, it would push a run's keys out of ``_BLOCKS`` every
+    ``MAX_BLOCKS`` batches of the process. Only what repeats (keys, note, counts) is kept."""
+    claim = await created_and_claimed(redis_backend)
+    await redis_backend.append_events(claim.run_id, claim.attempt, batch("warm", token="w:0"))
+    kept = len(redis_lean_scripts._BLOCKS)
+    for n in range(1, 200):
+        await redis_backend.append_events(claim.run_id, claim.attempt,
+                                          batch(f"t{n}", token=f"{claim.attempt}:{n}"))
+    assert len(redis_lean_scripts._BLOCKS) - kept < 5  # at most the counts not seen before
+    assert [e.seq for e in await redis_backend.read_events(claim.run_id, 0)][-1] == 200
+
+
 async def test_plain_commands_share_the_tick_with_script_calls(client: Redis) -> None:
     await client.hset("lean:h", mapping={"a": "1", "b": "2"})
     await client.xadd("lean:s", {"t": "x"}, id="1-0")

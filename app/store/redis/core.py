@@ -173,8 +173,8 @@ class RedisCore:
                  keys.inflight_key(run_id, "steer"), keys.inflight_key(run_id, "follow_up")),
                 self._channel(run_id), f"e:{run_id}")
         run_keys, channel, note = list(to[0]), to[1], to[2]
-        args: list[Any] = [
-            "" if attempt is None else attempt, batch.token or "", len(batch.events),
+        args: list[Any] = [  # the token as bytes: unique per batch, not for ``_BLOCKS``
+            "" if attempt is None else attempt, (batch.token or "").encode(), len(batch.events),
             len(batch.checkpoint), len(batch.acks), len(batch.fields or {}), channel, note]
         for type_, body in batch.events:
             args += (type_, body)
