@@ -77,7 +77,8 @@ def totals(out_prefix: Path) -> int:
     return total
 
 
-def _argv(target: Target, port: int, fake: Proc) -> list[str]:
+def server_argv(target: Target, port: int, fake: Proc) -> list[str]:
+    """How ``target`` is started (not under valgrind: the caller adds that)."""
     if target.floor:
         return [sys.executable, str(ROOT / "bench" / "relay_floor.py"), "serve", "--port",
                 str(port), "--model", fake.url + "/v1"]
@@ -95,7 +96,7 @@ def count(target: Target, fake: Proc, deltas: int, runs: int, concurrency: int, 
     tmp = Path(tempfile.mkdtemp(prefix="callgrind-", dir=OUT))
     prefix = tmp / "out"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={prefix}", *_argv(target, port, fake)]
+            f"--callgrind-out-file={prefix}", *server_argv(target, port, fake)]
     server = start(f"callgrind-{target.label}", argv, port, env=env, cwd=target.root)
     try:
         wait_http(server, "/healthz", 300)
