@@ -216,8 +216,8 @@ class LeanScripts:
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        """The loop of the last ``call_soon``, kept: ``asyncio.get_running_loop()`` costs a
-        ``getpid`` syscall on Python 3.11, and a batch's write asked for it four times."""
+        """Kept by ``_running``: ``asyncio.get_running_loop()`` costs a ``getpid`` syscall on
+        Python 3.11, and a batch's write asked for it four times."""
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         """Run ``script`` with ``keys``/``args`` in the next write; its result or error."""
@@ -238,9 +238,7 @@ class LeanScripts:
         """``call`` (or ``commands``) without a coroutine: the future its reply settles (the
         sink's in-place writes, ``RedisBackend.append_soon``). ``linger``: it may wait up to
         ``window`` for others to share its write."""
-        loop = self._loop
-        if loop is None or loop.is_closed():  # first call, or a test's earlier loop
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._running()
         if self._closed:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(RedisConnectionError("the script connection is closed"))
@@ -252,6 +250,13 @@ class LeanScripts:
             self._scheduled = True
             loop.call_soon(self._flush_soon)
         return future
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        """The running loop, looked up once (again only if the one kept was closed)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _lingering(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Whether what is pending may wait for the window since the last write to pass (only
@@ -282,13 +287,13 @@ class LeanScripts:
         calls, self._pending = self._pending, []
         if calls:
             self._urgent = False
-            self._last_write = (self._loop or asyncio.get_running_loop()).time()
+            self._last_write = self._running().time()
             self._send(calls)
 
     def drained(self) -> None:
         """Every reply is in: what was queued meanwhile goes out in one write (lingering
         calls alone once the window since the last write has passed)."""
-        if self._pending and not self._lingering(self._loop or asyncio.get_running_loop()):
+        if self._pending and not self._lingering(self._running()):
             self._flush()
 
     def _send(self, calls: list[_Call]) -> None:
@@ -314,7 +319,7 @@ class LeanScripts:
             sending += [c] * c.expects()  # one entry per reply it gets
         if not sending:
             return
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running()
         conn.send(b"".join(payloads), sending, loop.time())
         if self._timer is None:
             self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
@@ -389,7 +394,7 @@ class LeanScripts:
         conn.sent.clear()
         if self._pending and not self._scheduled:  # queued behind that write: send them now
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_soon)
+            self._running().call_soon(self._flush_soon)
         for waiting in sent:
             if isinstance(waiting, asyncio.Future) and not waiting.done():
                 waiting.set_exception(error)
@@ -401,7 +406,7 @@ class LeanScripts:
             c.retried = True
         self._fail([c for c in calls if c not in again], error)
         if again:
-            asyncio.get_running_loop().call_later(RETRY_AFTER, self._send, again)
+            self._running().call_later(RETRY_AFTER, self._send, again)
 
     @staticmethod
     def _fail(calls: list[_Call], error: Exception) -> None:
@@ -416,7 +421,7 @@ class LeanScripts:
         conn = self._conn
         if conn is None or not conn.sent:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._running()
         oldest = conn.sent[0][0]
         if loop.time() - oldest >= self._timeout:
             conn.timed_out = True
