@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from providers._http import body_chunks
-from providers._sse import SSEDecoder
+from providers._sse import iter_sse
 from providers.events import (
     DoneEvent,
     ErrorEvent,
@@ -58,13 +58,7 @@ class AnthropicDecoder:
 
     async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The events of one streamed reply."""
-        decoder = SSEDecoder()
-        async for chunk in body_chunks(response):
-            for sse in decoder.feed(chunk):
-                if sse.data:
-                    for event in self.on_event(orjson.loads(sse.data)):
-                        yield event
-        for sse in decoder.flush():
+        async for sse in iter_sse(body_chunks(response)):
             if sse.data:
                 for event in self.on_event(orjson.loads(sse.data)):
                     yield event

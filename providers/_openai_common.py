@@ -26,7 +26,7 @@ import orjson
 
 from providers._http import RetryPolicy, body_chunks
 from providers._prepared import PreparedPost
-from providers._sse import SSEDecoder, SSEEvent
+from providers._sse import SSEEvent, iter_sse
 from providers._stream_guard import guarded_stream
 from providers.base import ResponseFormat
 from providers.events import ProviderEvent, StartEvent
@@ -81,12 +81,8 @@ class SSEParserDecoder:
 
     async def events(self, response: httpx.Response) -> AsyncGenerator[ProviderEvent, None]:
         """The parser's events; ``guarded_stream`` stops reading at the terminal one."""
-        feed, decoder = self._parser.feed, SSEDecoder()
-        async for chunk in body_chunks(response):  # decoded here: no generator layer per frame
-            for sse in decoder.feed(chunk):
-                for event in feed(sse):
-                    yield event
-        for sse in decoder.flush():
+        feed = self._parser.feed
+        async for sse in iter_sse(body_chunks(response)):
             for event in feed(sse):
                 yield event
         for event in self._parser.end():

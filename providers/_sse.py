@@ -6,6 +6,7 @@ what it has not yet seen a line end for and returns whole events only.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 
@@ -99,3 +100,12 @@ class SSEDecoder:
         self._data = []
         return event
 
+
+async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[SSEEvent]:
+    """The events of a byte stream (``providers._http.body_chunks``)."""
+    decoder = SSEDecoder()
+    async for chunk in chunks:
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.flush():
+        yield event
