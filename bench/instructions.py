@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +46,7 @@ from bench._live import FRAME_MS
 from bench._procs import OUT, ROOT, Proc, free_port, start, start_fake, start_redis, wait_http
 from bench._systems import agentloop_argv, agentloop_env
 from bench._tls import make_tls
-from bench._workload import RUN_BODY, agentloop_run, drive
+from bench._workload import RUN_BODY, RunFn, Workload, agentloop_run, drive
 
 WARMUP = 10
 PRODUCTION_DELTAS = 40
@@ -85,42 +87,75 @@ def server_argv(target: Target, port: int, fake: Proc) -> list[str]:
     return agentloop_argv(port, target.root)
 
 
-def count(target: Target, fake: Proc, deltas: int, runs: int, concurrency: int, *,
-          redis: bool) -> dict[str, Any]:
-    """Start ``target`` under callgrind, warm it up, count ``runs`` runs; stop it."""
+@dataclass(frozen=True)
+class Served:
+    """A warmed-up server (``warmed_up``) and what ``runs`` drives it with."""
+
+    server: Proc
+    port: int
+    run_fn: RunFn
+    concurrency: int
+    backend: str
+
+    def runs(self, n: int) -> Workload:
+        """``n`` runs of the workload, ``concurrency`` at a time."""
+        return asyncio.run(drive(self.run_fn, self.port, n, self.concurrency, run_timeout=300,
+                                 total_timeout=3600))
+
+
+@contextlib.contextmanager
+def warmed_up(target: Target, fake: Proc, deltas: int, concurrency: int, *, redis: bool,
+              name: str, prefix: Sequence[str] = ()) -> Iterator[Served]:
+    """``target`` started (its argv after ``prefix``: a tool to run it under), with a fresh
+    redis-server when ``redis``, answering ``deltas`` text deltas per run, warmed up by
+    ``WARMUP`` runs; both stopped on leaving."""
     env = agentloop_env(fake, target.root) | {"PYTHONHASHSEED": "0"}
     redis_proc = start_redis() if redis and not target.floor else None
     if redis_proc is not None:
         env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
     port = free_port()
-    tmp = Path(tempfile.mkdtemp(prefix="callgrind-", dir=OUT))
-    prefix = tmp / "out"
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={prefix}", *server_argv(target, port, fake)]
-    server = start(f"callgrind-{target.label}", argv, port, env=env, cwd=target.root)
+    server = start(f"{name}-{target.label}", [*prefix, *server_argv(target, port, fake)], port,
+                   env=env, cwd=target.root)
     try:
         wait_http(server, "/healthz", 300)
         run_fn = functools.partial(agentloop_run, body=run_body(deltas))
         asyncio.run(drive(run_fn, port, WARMUP, min(WARMUP, concurrency)))
-        _control(server, "-i", "on")
-        work = asyncio.run(drive(run_fn, port, runs, concurrency, run_timeout=300,
-                                 total_timeout=3600))
-        _control(server, "-i", "off")
-        _control(server, "-d")
-        _await_dump(prefix)
+        yield Served(server, port, run_fn, concurrency,
+                     "redis" if redis_proc is not None else "memory")
     finally:
         server.stop()
         if redis_proc is not None:
             redis_proc.stop()
+
+
+def outcome(work: Workload) -> dict[str, Any]:
+    """Runs that completed and the first few errors of the others."""
+    return {"ok": sum(r.ok for r in work.records),
+            "errors": sorted({r.error for r in work.records if r.error})[:3]}
+
+
+def count(target: Target, fake: Proc, deltas: int, runs: int, concurrency: int, *,
+          redis: bool) -> dict[str, Any]:
+    """Start ``target`` under callgrind, warm it up, count ``runs`` runs; stop it."""
+    tmp = Path(tempfile.mkdtemp(prefix="callgrind-", dir=OUT))
+    prefix = tmp / "out"
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                f"--callgrind-out-file={prefix}"]
     try:
+        with warmed_up(target, fake, deltas, concurrency, redis=redis, name="callgrind",
+                       prefix=valgrind) as served:
+            _control(served.server, "-i", "on")
+            work = served.runs(runs)
+            _control(served.server, "-i", "off")
+            _control(served.server, "-d")
+            _await_dump(prefix)
         instructions = totals(prefix)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    ok = sum(r.ok for r in work.records)
-    errors = sorted({r.error for r in work.records if r.error})[:3]
-    return {"target": target.label, "deltas": deltas, "runs": runs, "ok": ok,
-            "errors": errors, "instructions_per_run": round(instructions / max(ok, 1)),
-            "backend": "redis" if redis_proc is not None else "memory"}
+    done = outcome(work)
+    return {"target": target.label, "deltas": deltas, "runs": runs, **done,
+            "instructions_per_run": round(instructions / max(done["ok"], 1)),
+            "backend": served.backend}
 
 
 def _await_dump(prefix: Path, timeout: float = 60.0) -> None:

@@ -20,8 +20,6 @@ ptrace rights over the server (root, or ``kernel.yama.ptrace_scope`` 0).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
 import json
 import os
 import shutil
@@ -36,11 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._live import FRAME_MS
-from bench._procs import OUT, ROOT, Proc, free_port, start, start_fake, start_redis, wait_http
-from bench._systems import agentloop_env
+from bench._procs import OUT, ROOT, Proc, start_fake
 from bench._tls import make_tls
-from bench._workload import agentloop_run, drive
-from bench.instructions import WARMUP, Target, run_body, server_argv
+from bench.instructions import Target, outcome, warmed_up
 
 SIZES = (0, 80)
 
@@ -80,34 +76,24 @@ def _attach(pid: int, out: Path, timeout: float = 30.0) -> subprocess.Popen[byte
 def count(target: Target, fake: Proc, deltas: int, runs: int, concurrency: int, *,
           redis: bool) -> dict[str, Any]:
     """Start ``target``, warm it up, count the syscalls of ``runs`` runs; stop it."""
-    env = agentloop_env(fake, target.root) | {"PYTHONHASHSEED": "0"}
-    redis_proc = start_redis() if redis and not target.floor else None
-    if redis_proc is not None:
-        env["AGENTLOOP_REDIS_URL"] = f"redis://127.0.0.1:{redis_proc.port}/0"
-    port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="strace-", dir=OUT))
-    server = start(f"syscalls-{target.label}", server_argv(target, port, fake), port, env=env,
-                   cwd=target.root)
     try:
-        wait_http(server, "/healthz", 120)
-        run_fn = functools.partial(agentloop_run, body=run_body(deltas))
-        asyncio.run(drive(run_fn, port, WARMUP, min(WARMUP, concurrency)))
-        tracer = _attach(server.popen.pid, tmp / "summary")
-        try:
-            work = asyncio.run(drive(run_fn, port, runs, concurrency, run_timeout=300))
-        finally:
-            tracer.send_signal(signal.SIGINT)  # detaches and writes the summary
-            tracer.communicate(timeout=60)  # reads the rest of its stderr, closes the pipe
+        with warmed_up(target, fake, deltas, concurrency, redis=redis,
+                       name="syscalls") as served:
+            tracer = _attach(served.server.popen.pid, tmp / "summary")
+            try:
+                work = served.runs(runs)
+            finally:
+                tracer.send_signal(signal.SIGINT)  # detaches and writes the summary
+                tracer.communicate(timeout=60)  # reads the rest of its stderr, closes the pipe
         calls = parse_summary((tmp / "summary").read_text())
     finally:
-        server.stop()
-        if redis_proc is not None:
-            redis_proc.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    ok = sum(r.ok for r in work.records)
-    return {"target": target.label, "deltas": deltas, "runs": runs, "ok": ok,
-            "backend": "redis" if redis_proc is not None else "memory",
-            "calls_per_run": {name: round(n / max(ok, 1), 2) for name, n in calls.items()}}
+    done = outcome(work)
+    return {"target": target.label, "deltas": deltas, "runs": runs, **done,
+            "backend": served.backend,
+            "calls_per_run": {name: round(n / max(done["ok"], 1), 2)
+                              for name, n in calls.items()}}
 
 
 def split(rows: list[dict[str, Any]], label: str) -> dict[str, Any]:

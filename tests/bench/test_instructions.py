@@ -4,14 +4,12 @@ asked for, read from the dump it writes while counting (not from the empty one a
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench import instructions
-from bench._procs import Proc, start_fake
-from bench._tls import make_tls
+from bench._procs import Proc
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -25,16 +23,6 @@ def test_totals_reads_the_last_totals_line_of_every_dump(tmp_path: Path) -> None
 
 def test_run_body_asks_the_fake_for_the_answer_size() -> None:
     assert instructions.run_body(7)["input"].endswith(" answer=7")
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    proc = start_fake(2.0, tls=make_tls(Path(tmp_path_factory.mktemp("tls"))),
-                      name="fake_llm_instructions_test")
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.mark.skipif(shutil.which("callgrind_control") is None, reason="valgrind not installed")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench import syscalls
-from bench._procs import Proc, start_fake
-from bench._tls import make_tls
+from bench._procs import Proc
 from bench.instructions import ROOT, Target
 
 pytestmark = pytest.mark.timeout(180)
@@ -45,16 +43,6 @@ def test_split_gives_calls_per_run_and_per_delta() -> None:
     assert out["syscalls"]["getpid"] == {"per_run": 0, "per_delta": 0.05}
     assert list(out["syscalls"]) == ["read", "write", "getpid"]  # most calls first
     assert out["total_per_run"] == 18.0 and out["total_per_delta"] == 3.05
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    proc = start_fake(2.0, tls=make_tls(Path(tmp_path_factory.mktemp("tls"))),
-                      name="fake_llm_syscalls_test")
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _may_trace() -> bool:
