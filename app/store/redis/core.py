@@ -26,7 +26,6 @@ from app.store.redis import scripts as lua
 from app.store.redis.cluster import ClusterScripts, NodeClients, cluster_client
 from app.store.redis.errors import guard
 from app.store.redis.lean_scripts import LeanScripts
-from app.store.redis.merged_calls import Merged
 from app.store.redis.notes_reader import lean_params
 from app.store.redis.notify import Notifier
 from app.store.redis.notify_sharded import ShardedNotifier
@@ -38,9 +37,9 @@ LEAN_SCRIPTS = True
 """Script calls through ``LeanScripts`` where the connection allows (tests compare both)."""
 MAX_APPEND_TO = 10_000
 """Runs whose APPEND keys are kept (built from the run id per batch they cost ~2 µs)."""
-RUN_SCRIPTS = ("APPEND", "APPEND_MANY", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE",
-               "CLOSE_QUEUES", "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE",
-               "COUNT_HIT", "PUT_AGENT", "ADMIT", "ACCRUE", "CLAIM_WEBHOOKS")
+RUN_SCRIPTS = ("APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
+               "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE", "COUNT_HIT",
+               "PUT_AGENT", "ADMIT", "ACCRUE", "CLAIM_WEBHOOKS")
 THREAD_SCRIPTS = ("SETTLE", "POST", "DELETE")
 
 
@@ -95,8 +94,6 @@ class RedisCore:
                         for name in THREAD_SCRIPTS})
         if isinstance(self._pipeline, LeanScripts):  # a call meeting NOSCRIPT is done late
             self._pipeline.preload = list(self._s.values())
-        self._appends = Merged(self._s["APPEND_MANY"])
-        """How neighbouring event batches in one lean write share one call (``merged_calls``)."""
         self._group_ready = False
         self._next_scan = 0.0
         self._alive_at: dict[str, float] = {}  # worker: loop time its liveness key was set

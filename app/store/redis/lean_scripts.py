@@ -17,7 +17,7 @@ of one event-loop tick goes out in one write, hiredis parses the replies in the 
     new connection ─▶ ``preload``'s scripts loaded first: a restarted Redis, which lost its
         scripts, meets no call before they are back
     NOSCRIPT (flushed by hand) ─▶ that call runs through the script object, which loads it;
-        calls after it in the same write may be done before it
+        calls behind it in the same write are done before it
     lingering calls (``linger=True``: the sink's event batches) with ``window`` > 0 ─▶ they go
         out at once after a quiet spell, else once the last write is ``window`` old; any other
         call, or a window passed, takes them along at once
@@ -57,7 +57,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.store.redis.merged_calls import Merged, merge, merged_call
 from app.store.redis.notes_reader import LeanParams, authenticate, command, connect
 from app.store.redis.pipeline import settle
 
@@ -77,10 +76,6 @@ class _Call:
     retried: bool = False
     commands: tuple[tuple[str | bytes, ...], ...] = ()
     replies: list[Any] = field(default_factory=list)
-    merge: Merged | None = None
-    """How it may share one call with its neighbours (``merged_calls``)."""
-    parts: list[_Call] = field(default_factory=list)
-    """The calls a merged call stands for."""
 
     def payload(self) -> bytes:
         """What is written for this call (``DataError``: its arguments cannot be sent)."""
@@ -244,18 +239,17 @@ class LeanScripts:
 
     def call_soon(self, script: AsyncScript | None, keys: list[Any], args: list[Any],
                   commands: tuple[tuple[str | bytes, ...], ...] = (), *,
-                  linger: bool = False, merge: Merged | None = None) -> asyncio.Future[Any]:
+                  linger: bool = False) -> asyncio.Future[Any]:
         """``call`` (or ``commands``) without a coroutine: the future its reply settles (the
         sink's in-place writes, ``RedisBackend.append_soon``). ``linger``: it may wait up to
-        ``window`` for others to share its write; ``merge``: it may share one call with its
-        neighbours in the write (``merged_calls``)."""
+        ``window`` for others to share its write."""
         loop = self._running()
         if self._closed:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(RedisConnectionError("the script connection is closed"))
             return failed
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(_Call(script, keys, args, future, commands=commands, merge=merge))
+        self._pending.append(_Call(script, keys, args, future, commands=commands))
         self._urgent = self._urgent or not linger
         if not self._scheduled and not self._lingering(loop):
             self._scheduled = True
@@ -320,33 +314,20 @@ class LeanScripts:
             if self._connecting is None:
                 self._connecting = asyncio.create_task(self._connect())
             return
-        loop = self._running()
-        payloads: list[bytes] = []
-        sending: list[_Call] = []
-        self._payloads(merge(calls, self._merged), payloads, sending)
-        if not sending:
-            return
-        conn.send(b"".join(payloads), sending, loop.time())
-        if self._timer is None:
-            self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
-
-    def _payloads(self, calls: list[_Call], payloads: list[bytes], sending: list[_Call]) -> None:
-        """What ``calls`` write, added to ``payloads``; each added to ``sending`` once per reply
-        it gets."""
+        payloads, sending = [], []
         for c in calls:
             try:
                 payloads.append(c.payload())
             except DataError as exc:  # this call's arguments cannot be sent: only it fails
-                if c.parts:  # a merged call: its parts go one by one
-                    self._payloads(c.parts, payloads, sending)
-                else:
-                    c.future.set_exception(exc)
+                c.future.set_exception(exc)
                 continue
-            sending += [c] * c.expects()
-
-    def _merged(self, how: Merged, parts: list[_Call]) -> _Call:
-        keys, args, future = merged_call(parts, self._running())
-        return _Call(how.script, keys, args, future, parts=parts)
+            sending += [c] * c.expects()  # one entry per reply it gets
+        if not sending:
+            return
+        loop = self._running()
+        conn.send(b"".join(payloads), sending, loop.time())
+        if self._timer is None:
+            self._timer = loop.call_at(loop.time() + self._timeout, self._check_replies)
 
     async def _connect(self) -> None:
         params = self._params

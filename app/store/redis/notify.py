@@ -3,14 +3,12 @@
 Writers publish on ``al:notify`` after each appended batch: a header line
 ``e:<run>:<first seq>:<last seq>`` followed by the batch itself (one ``seq\ttype\tdata`` line
 per event; left out when the batch is large), ``c:<run>`` on cancel and ``p:<run>`` when the
-run parks (its tails wake to see the status: a dialect's stream ends there). Batches written
-in one call (``APPEND_MANY``) send their notes as one message: ``m``, a blank line, then the
-notes with a blank line between two. Subscribers never hold a Redis connection of their own:
-they wait on an ``asyncio.Event`` here. A run's SSE subscribers here are handed each batch as
-frames through ``feeds`` (``app.store.live_feed``); for runs a tail in this process watches,
-the listener also keeps the run's last seq and its latest batch, so a tail that keeps up takes
-the new events straight from the note: no XRANGE per batch (it was the largest share of Redis
-round trips per run).
+run parks (its tails wake to see the status: a dialect's stream ends there). Subscribers never hold
+a Redis connection of their own: they wait on an ``asyncio.Event`` here. A run's SSE
+subscribers here are handed each batch as frames through ``feeds``
+(``app.store.live_feed``); for runs a tail in this process watches, the listener also keeps
+the run's last seq and its latest batch, so a tail that keeps up takes the new events straight
+from the note: no XRANGE per batch (it was the largest share of Redis round trips per run).
 Anything it cannot prove contiguous is read from the log.
 
 Timeline (one SSE tail)::
@@ -43,8 +41,6 @@ from app.store.redis.notes_reader import LeanParams, lean_params, open_notes
 log = logging.getLogger(__name__)
 LEAN_READER = True
 """Read notes through ``redis_notes_reader`` where it applies (False: redis-py's pub/sub)."""
-MERGED = b"m\n\n"
-"""How a message of several notes starts (``APPEND_MANY``): a blank line between two."""
 WATCH_TTL = 60.0
 """Seconds a run stays watched after its last tail read (then its batch is forgotten)."""
 
@@ -189,13 +185,6 @@ class Notifier:
             self._note(data)
 
     def _note(self, data: bytes) -> None:
-        if data.startswith(MERGED):  # several batches' notes (``APPEND_MANY``), in order
-            for note in data[len(MERGED):].split(b"\n\n"):
-                self._one_note(note)
-            return
-        self._one_note(data)
-
-    def _one_note(self, data: bytes) -> None:
         try:
             head = parse_head(data)
         except (ValueError, UnicodeDecodeError):

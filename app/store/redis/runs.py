@@ -154,8 +154,7 @@ class RedisRuns(RedisCore):
         if not isinstance(self._pipeline, LeanScripts):
             return None
         run_keys, args = self._append_call(run_id, attempt, batch)
-        future = self._pipeline.call_soon(self._s["APPEND"], run_keys, args, linger=True,
-                                          merge=self._appends)
+        future = self._pipeline.call_soon(self._s["APPEND"], run_keys, args, linger=True)
         future.add_done_callback(functools.partial(_appended, done))
         return future
 

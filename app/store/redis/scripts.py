@@ -50,109 +50,58 @@ end
 """
 """A channel with a hash tag is a shard channel (Redis Cluster: the run's own, in its slot)."""
 
-# One run's event batch, as APPEND and APPEND_MANY write it. KEYS from ``k``: run, events, ckpt,
-# inflight steer, inflight follow_up; ARGV from ``a``: attempt, token, n_events, n_ckpt, n_acks,
-# n_fields, channel, note, then the items. Returns the reply (the last seq, or an error), the
-# note to publish (nil: no event) and where the next run's ARGV start.
+# KEYS run, events, ckpt, inflight steer, inflight follow_up
+# ARGV attempt, token, n_events, n_ckpt, n_acks, n_fields, channel, note, then the items
 # Runs once per model frame, so it reads the run with one HMGET and writes it with one HSET
 # (the prelude's checks, the token, seq and fields: 9 calls per frame became 4) and checks
 # what the prelude checks, in its order: NOTFOUND, FENCED, a repeated token, ENDED.
-_APPEND_RUN = """
-local function append_run(k, a)
-  local run = KEYS[k]
-  local ne, nc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local na, nf = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local after = a + 8 + 2 * ne + nc + 2 * na + 2 * nf
-  local f = redis.call('HMGET', run, 'attempt', 'token', 'status', 'last_seq')
-  -- every run hash has a status: without one, look whether the run exists at all
-  if not f[3] and redis.call('EXISTS', run) == 0 then
-    return redis.error_reply('NOTFOUND'), nil, after
-  end
-  if ARGV[a] ~= '' and f[1] ~= ARGV[a] then return redis.error_reply('FENCED'), nil, after end
-  local token = ARGV[a + 1]
-  if token ~= '' and f[2] == token then return tonumber(f[4]), nil, after end
-  if ne > 0 and is_ended(f[3]) then return redis.error_reply('ENDED'), nil, after end
-  local i = a + 8
-  local seq = tonumber(f[4] or '0')
-  local last = f[4]
-  local set = {}
-  local lines, size = {}, 0
-  local first = seq + 1
-  for _ = 1, ne do
-    seq = seq + 1
-    local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i + 1], 2)
-    redis.call('XADD', KEYS[k + 1], seq .. '-0', 't', ARGV[i], 'd', data)
-    size = size + #data
-    if size <= 65536 then lines[#lines + 1] = seq .. '\\t' .. ARGV[i] .. '\\t' .. data end
-    i = i + 2
-  end
-  if ne > 0 then
-    last = seq
-    set[1], set[2] = 'last_seq', seq
-  end
-  for _ = 1, nc do redis.call('RPUSH', KEYS[k + 2], ARGV[i]); i = i + 1 end
-  for _ = 1, na do
-    local key = KEYS[k + 3]
-    if ARGV[i] == 'follow_up' then key = KEYS[k + 4] end
-    remove_id(key, ARGV[i + 1])
-    i = i + 2
-  end
-  for _ = 1, nf do
-    if ARGV[i] == 'last_seq' then last = ARGV[i + 1] end
-    set[#set + 1], set[#set + 2] = ARGV[i], ARGV[i + 1]
-    i = i + 2
-  end
-  if token ~= '' then set[#set + 1], set[#set + 2] = 'token', token end
-  if #set > 0 then redis.call('HSET', run, unpack(set)) end
-  local note = nil
-  if ne > 0 then
-    note = ARGV[a + 7] .. ':' .. first .. ':' .. seq
-    if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
-  end
-  return tonumber(last or '0'), note, after
+APPEND = _HELPERS + _PUBLISH + """
+local f = redis.call('HMGET', run, 'attempt', 'token', 'status', 'last_seq')
+-- every run hash has a status: without one, look whether the run exists at all
+if not f[3] and redis.call('EXISTS', run) == 0 then return redis.error_reply('NOTFOUND') end
+if ARGV[1] ~= '' and f[1] ~= ARGV[1] then return redis.error_reply('FENCED') end
+local token = ARGV[2]
+if token ~= '' and f[2] == token then return tonumber(f[4]) end
+local ne, nc, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if ne > 0 and is_ended(f[3]) then return redis.error_reply('ENDED') end
+local i = 9
+local seq = tonumber(f[4] or '0')
+local last = f[4]
+local set = {}
+local lines, size = {}, 0
+local first = seq + 1
+for _ = 1, ne do
+  seq = seq + 1
+  local data = '{"seq":' .. seq .. ',' .. string.sub(ARGV[i + 1], 2)
+  redis.call('XADD', KEYS[2], seq .. '-0', 't', ARGV[i], 'd', data)
+  size = size + #data
+  if size <= 65536 then lines[#lines + 1] = seq .. '\\t' .. ARGV[i] .. '\\t' .. data end
+  i = i + 2
 end
-"""
-
-# KEYS run, events, ckpt, inflight steer, inflight follow_up
-# ARGV attempt, token, n_events, n_ckpt, n_acks, n_fields, channel, note, then the items
-APPEND = _HELPERS + _PUBLISH + _APPEND_RUN + """
-local reply, note = append_run(1, 1)
-if note then publish(ARGV[7], note) end
-return reply
-"""
-
-MERGED_NOTES = 262144
-"""Bytes of notes APPEND_MANY gathers into one message before it sends them (then starts a
-new one)."""
-
-# KEYS the five of APPEND per batch; ARGV the number of batches, then APPEND's ARGV per batch.
-# Several runs' batches (or one run's, in order) in one call: each is written exactly as APPEND
-# writes it, and answers its own reply in the list returned (an error as an error element).
-# Their notes go out as one message per channel: ``m``, a blank line, then the notes, a blank
-# line between two (a note's lines are never empty).
-APPEND_MANY = _HELPERS + _PUBLISH + _APPEND_RUN + """
-local out, notes, channel, size = {}, {}, nil, 0
-local function send()
-  if #notes == 1 then publish(channel, notes[1])
-  elseif #notes > 1 then publish(channel, 'm\\n\\n' .. table.concat(notes, '\\n\\n')) end
-  notes, size = {}, 0
+if ne > 0 then
+  last = seq
+  set[1], set[2] = 'last_seq', seq
 end
-local a = 2
-for r = 1, tonumber(ARGV[1]) do
-  local reply, note, after = append_run(5 * r - 4, a)
-  out[r] = reply
-  if note then
-    if ARGV[a + 6] ~= channel or size > """ + str(MERGED_NOTES) + """ then
-      send()
-      channel = ARGV[a + 6]
-    end
-    notes[#notes + 1] = note
-    size = size + #note
-  end
-  a = after
+for _ = 1, nc do redis.call('RPUSH', KEYS[3], ARGV[i]); i = i + 1 end
+for _ = 1, na do
+  local key = KEYS[4]
+  if ARGV[i] == 'follow_up' then key = KEYS[5] end
+  remove_id(key, ARGV[i + 1])
+  i = i + 2
 end
-send()
-return out
+for _ = 1, nf do
+  if ARGV[i] == 'last_seq' then last = ARGV[i + 1] end
+  set[#set + 1], set[#set + 2] = ARGV[i], ARGV[i + 1]
+  i = i + 2
+end
+if token ~= '' then set[#set + 1], set[#set + 2] = 'token', token end
+if #set > 0 then redis.call('HSET', run, unpack(set)) end
+if ne > 0 then
+  local note = ARGV[8] .. ':' .. first .. ':' .. seq
+  if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
+  publish(ARGV[7], note)
+end
+return tonumber(last or '0')
 """
 
 # KEYS run; ARGV attempt, then field/value pairs
