@@ -147,19 +147,27 @@ async def test_a_killed_connection_is_replaced_without_the_caller_noticing(
 
 async def test_calls_made_while_a_write_is_out_go_together_after_its_replies(
         client: Redis) -> None:
-    """One write out at a time: calls of later ticks wait for its replies and then go out in
-    one write (fewer, larger writes when busy). A BLPOP holds the write out; a connection
-    lost meanwhile sends the calls waiting behind it on the next one."""
+    """While a write is out, lingering calls (event batches) of later ticks wait for its
+    replies and then go out in one write (fewer, larger writes when busy); an urgent call
+    (a request's) goes out at once, and Redis answers it after the write out. A BLPOP holds the
+    write out; a connection lost meanwhile sends the calls waiting behind it on the next one."""
     script = client.register_script(ECHO)
     scripts = _lean(client)
+    try:
+        await _while_a_write_is_out(client, scripts, script)
+    finally:  # a failed assertion must not leave a connection to the loop's close
+        await scripts.close()
+
+
+async def _while_a_write_is_out(client: Redis, scripts: LeanScripts, script: Any) -> None:
     await client.delete("lean:list")
     assert await scripts.call(script, ["k"], ["warm"]) == b"warm"
     writes = _count_writes(scripts)
     blocked = scripts.call_soon(None, [], [], (("BLPOP", "lean:list", "10"),))
     later = []
-    for n in range(5):  # five ticks, each with a call
+    for n in range(5):  # five ticks, each with a batch
         await asyncio.sleep(0)
-        later.append(scripts.call_soon(script, ["k"], [str(n)]))
+        later.append(scripts.call_soon(script, ["k"], [str(n)], linger=True))
     await asyncio.sleep(0.05)
     assert writes == [1] and not any(f.done() for f in later)
     await client.rpush("lean:list", "x")
@@ -169,16 +177,27 @@ async def test_calls_made_while_a_write_is_out_go_together_after_its_replies(
 
     blocked = scripts.call_soon(None, [], [], (("BLPOP", "lean:list", "10"),))
     await asyncio.sleep(0)
-    queued = scripts.call_soon(script, ["k"], ["queued"])
+    waiting = scripts.call_soon(script, ["k"], ["batch"], linger=True)
+    await asyncio.sleep(0)
+    urgent = scripts.call_soon(script, ["k"], ["urgent"])
+    await asyncio.sleep(0.05)
+    assert writes == [4]  # the urgent call went at once, the batch with it
+    assert not urgent.done() and not waiting.done()  # answered in order: after the BLPOP
+    await client.rpush("lean:list", "y")
+    assert await asyncio.wait_for(blocked, 10) == [[b"lean:list", b"y"]]
+    assert await asyncio.wait_for(asyncio.gather(waiting, urgent), 10) == [b"batch", b"urgent"]
+
+    blocked = scripts.call_soon(None, [], [], (("BLPOP", "lean:list", "10"),))
+    await asyncio.sleep(0)
+    queued = scripts.call_soon(script, ["k"], ["queued"], linger=True)
     await asyncio.sleep(0.05)
     conn = scripts._conn
     assert conn is not None and conn.transport is not None and not queued.done()
     host, port = conn.transport.get_extra_info("sockname")[:2]
     assert await client.client_kill(f"{host}:{port}")
     assert await asyncio.wait_for(queued, 10) == b"queued"
-    await client.rpush("lean:list", "y")  # the BLPOP, sent again on the new connection
-    assert await asyncio.wait_for(blocked, 10) == [[b"lean:list", b"y"]]
-    await scripts.close()
+    await client.rpush("lean:list", "z")  # the BLPOP, sent again on the new connection
+    assert await asyncio.wait_for(blocked, 10) == [[b"lean:list", b"z"]]
 
 
 async def _server(handle: str) -> tuple[asyncio.Server, int, list[int]]:

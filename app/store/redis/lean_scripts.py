@@ -21,6 +21,8 @@ of one event-loop tick goes out in one write, hiredis parses the replies in the 
     lingering calls (``linger=True``: the sink's event batches) with ``window`` > 0 ─▶ they go
         out at once after a quiet spell, else once the last write is ``window`` old; any other
         call, or a window passed, takes them along at once
+    a write out, its replies not all in ─▶ lingering calls wait for them and then go together;
+        any other call goes at once (a POST waits one round trip, not two)
 
 A live run's frames come ~33 ms apart, but a busy process writes for hundreds of runs: at 300
 streams, ~9,000 batches a second. Each write costs a syscall here, a read and two writes in
@@ -282,9 +284,12 @@ class LeanScripts:
         self._flush()
 
     def _flush(self) -> None:
-        """Everything pending in one write, unless a write is out (``drained`` sends them)."""
+        """Everything pending in one write, unless a write is out and nothing pending is
+        urgent (``drained`` sends them with its last reply). An urgent call (a request's, a
+        claim's) does not wait for the replies to the write out: Redis answers a connection's
+        commands in the order sent, so a second write out keeps every call's order."""
         conn = self._conn
-        if conn is not None and conn.sent and conn.usable():
+        if conn is not None and conn.sent and conn.usable() and not self._urgent:
             return  # a write is out: these go with its last reply (``drained``), together
         if self._linger is not None:
             self._linger.cancel()
