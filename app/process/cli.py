@@ -23,17 +23,20 @@ import gc
 import logging
 import signal
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import uvicorn
-from fastapi import FastAPI
 from pydantic import ValidationError
 
 from app.config import Settings, load_settings, process_count
-from app.delivery.draining import DrainingServer
-from app.process.main import create_app
-from app.process.services import open_services
-from app.process.setup import check_tool_modules
 from app.telemetry.logs import setup_logging
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+# The API, the worker and uvicorn are imported by the commands that run them, not at the top:
+# `agentloop health` is the container health check Docker runs every 15 s, and importing the
+# whole service (~1.3 s of CPU here) for it would cost a core a few percent around the clock.
 
 log = logging.getLogger(__name__)
 ACCEPT_LOOP = "app.process.accept_loop:new_event_loop"
@@ -98,6 +101,8 @@ def health(settings: Settings, *, worker: bool, port: int | None) -> None:
 def uvicorn_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     """How the API is served: uvloop accepting in batches (``accept_loop``), httptools, our
     logging, a bounded graceful stop."""
+    import uvicorn
+
     return uvicorn.Config(app, host=host, port=port, loop=ACCEPT_LOOP, http="httptools",
                           log_config=None, proxy_headers=True,
                           timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN))
@@ -118,13 +123,26 @@ def serve(settings: Settings, *, host: str | None, port: int | None, worker: boo
         supervise(settings, host=host, port=port, worker=worker, processes=processes,
                   stop_within=GRACEFUL_SHUTDOWN + settings.lease_seconds + STOP_MARGIN)
         return
+    from app.delivery.draining import DrainingServer
+    from app.process.main import create_app
+
     app = create_app(settings, worker=worker)
     config = uvicorn_config(app, host, port)
     tune_gc()
     DrainingServer(config).run()
 
 
+def check_tool_modules(settings: Settings) -> None:
+    """``app.process.setup.check_tool_modules``: the tool modules import, else one line and
+    exit 1."""
+    from app.process.setup import check_tool_modules as check
+
+    check(settings)
+
+
 async def _worker_main(settings: Settings) -> None:
+    from app.process.services import open_services
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,9 +16,12 @@ import os
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.config import Settings
-from app.store.contract import Backend
+
+if TYPE_CHECKING:  # the health check itself imports no backend
+    from app.store.contract import Backend
 
 log = logging.getLogger(__name__)
 PING_TIMEOUT = 2.0

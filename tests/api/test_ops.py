@@ -245,22 +245,48 @@ async def test_agentloop_health_checks_the_api_and_a_worker(redis_url: str,
                                                             tmp_path: Path) -> None:
     beat_file = tmp_path / "worker.health"
     env = {"AGENTLOOP_HEALTH_FILE": str(beat_file), "AGENTLOOP_HEARTBEAT_SECONDS": "0.5"}
+    limit = 3 * 0.5 + 5  # liveness.max_age
     missing = await asyncio.to_thread(_health, "--worker", env=env)
     assert missing.returncode != 0 and "no heartbeat file" in missing.stderr
     worker = spawn_worker(redis_url, "H", tmp_path / "marks", extra_env=env)
     try:
         async with asyncio.timeout(60):  # a worker's start takes ~9 s here under load
-            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode != 0:
-                await asyncio.sleep(0.2)
+            while not beat_file.exists():  # its first beat
+                await asyncio.sleep(0.1)
+        fresh = await asyncio.to_thread(_health, "--worker", env=env)
+        assert fresh.returncode == 0, fresh.stderr
         worker.send_signal(signal.SIGSTOP)  # a hung worker stops beating: unhealthy soon
         async with asyncio.timeout(30):
-            while (await asyncio.to_thread(_health, "--worker", env=env)).returncode == 0:
-                await asyncio.sleep(0.5)
+            while time.time() - beat_file.stat().st_mtime <= limit + 0.5:
+                await asyncio.sleep(0.2)
+        stale = await asyncio.to_thread(_health, "--worker", env=env)
+        assert stale.returncode != 0 and "heartbeat" in stale.stderr, stale.stderr
     finally:
         worker.send_signal(signal.SIGCONT)
         stop_all(worker)
     async with serve(worker=False) as api:
         port = api.url.rsplit(":", 1)[1]
-        assert (await asyncio.to_thread(_health, "--port", port, env={})).returncode == 0
+        up = await asyncio.to_thread(_health, "--port", port, env={})
+        assert up.returncode == 0, up.stderr
     closed = await asyncio.to_thread(_health, "--port", port, env={})
     assert closed.returncode != 0 and "unhealthy" in closed.stderr
+
+
+def test_the_health_check_imports_neither_the_api_nor_a_worker(tmp_path: Path) -> None:
+    """Docker runs `agentloop health` every 15 s for the life of a container: it loads the
+    settings and reads a file or asks /healthz, without importing the service (~1.3 s of CPU
+    per check when it did)."""
+    probe_code = (
+        "import sys\n"
+        "from app.process import cli\n"
+        "try:\n    cli.main(['health', '--worker'])\nexcept SystemExit as exc:\n"
+        "    print('exit', exc, file=sys.stderr)\n"
+        "heavy = ('uvicorn', 'fastapi', 'httpx', 'redis', 'mcp', 'app.process.main',\n"
+        "         'app.store.contract', 'app.worker', 'providers', 'tool_registry')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe_code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={**os.environ, "AGENTLOOP_HEALTH_FILE": str(tmp_path / "none")})
+    assert done.returncode == 0, done.stderr
+    assert "exit unhealthy: no heartbeat file" in done.stderr
+    assert done.stdout.strip() == "[]"
