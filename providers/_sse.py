@@ -41,6 +41,12 @@ class SSEDecoder:
         """Every event that ``chunk`` completes (a list, not a generator: nearly every chunk
         of a model stream completes exactly one event, and a generator's set-up and resumes
         cost more than the list)."""
+        if (not self._buf and not self._data and not self._event
+                and chunk.startswith(b"data: ") and chunk.endswith(b"\n\n")
+                and chunk.count(b"\n") == 2 and b"\r" not in chunk):
+            # one whole event of one data line, nothing pending: nearly every chunk of a
+            # model stream, dispatched without cutting it into lines
+            return [SSEEvent("message", chunk[6:-2].decode("utf-8", "replace"), self._id)]
         buf = self._buf + chunk if self._buf else chunk
         keep = b""
         if b"\r" in buf:

@@ -208,11 +208,16 @@ async def _close(stream: object) -> None:
         log.warning("closing the provider stream raised %s", type(exc).__name__)
 
 
+_TEXT = (TextDelta, ThinkingDelta)
+_CALL = (ToolCallStart, ToolCallDelta, ToolCallEnd)
+"""Kept as tuples: ``isinstance(x, A | B)`` builds the union on every call (a frame's)."""
+
+
 def _delta(event: ProviderEvent, acc: Accumulator) -> dict[str, Any] | None:
-    if isinstance(event, TextDelta | ThinkingDelta):
+    if isinstance(event, _TEXT):
         return {"kind": event.type, "content_index": acc.position(event.content_index),
                 "text": event.delta}
-    if not isinstance(event, ToolCallStart | ToolCallDelta | ToolCallEnd):
+    if not isinstance(event, _CALL):
         return None
     pos = acc.position(event.content_index)
     call = acc.message.content[pos]

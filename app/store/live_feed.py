@@ -157,7 +157,7 @@ class LiveFeeds:
         taps = self._taps.get(run_id)
         if not taps:
             return
-        frames = [(e.seq, frame(e), ends_stream(e)) for e in events]
+        frames = [(e.seq, frame(e), e.type == "agent_end" and ends_stream(e)) for e in events]
         for tap in taps:
             deliver = tap.deliver
             if deliver is not None and not tap.pending and not tap.resync and deliver(frames):

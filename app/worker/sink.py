@@ -313,7 +313,7 @@ class EventSink:
         settles = False
         for event, t, keep in events:
             encoded.append((event.type, encode_event_body(event, run_id=self.run_id,
-                                                          ts=self._ts(t))))
+                                                          ts=rfc3339_ms(t))))
             if event.type == "message_end" and event.depth == 0 and keep:
                 checkpoint.append(json_bytes(event.message))
                 if _past_tools(event.message):
@@ -370,10 +370,6 @@ class EventSink:
                             self.run_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
-
-    @staticmethod
-    def _ts(t: float) -> str:
-        return rfc3339_ms(t)
 
 
 def _seen(write: asyncio.Future[Any]) -> None:

@@ -157,7 +157,9 @@ class MemoryCore:
         return record
 
     def _fenced(self, run_id: str, attempt: int) -> RunRecord:
-        record = self._must(run_id)
+        record = self._record(run_id)  # ``_must`` without its call: every event batch comes here
+        if record is None:
+            raise RunNotFound(run_id)
         if record.attempt != attempt:
             raise FencedOut(f"run {run_id}: attempt {attempt} < {record.attempt}")
         return record

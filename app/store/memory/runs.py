@@ -130,7 +130,8 @@ class MemoryRuns(MemoryCore):
         state.ckpt.extend(batch.checkpoint)
         for kind, message_id in batch.acks:
             state.inflight[kind] = [q for q in state.inflight[kind] if q.id != message_id]
-        set_fields(record, batch.fields or {})
+        if batch.fields:
+            set_fields(record, batch.fields)
         state.last_token = batch.token
         return record.last_seq
 
