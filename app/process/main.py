@@ -35,6 +35,7 @@ from app.api.routes import (
     usage,
     webhooks,
 )
+from app.api.routes.front import front_routes
 from app.api.trace_context import TraceParent
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
@@ -78,10 +79,13 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
                          lifespan=lifespan)
     install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
-    for module in (runs, events, queue, approvals, threads, agents, client_tokens, tools, usage,
-                   webhooks, health, ai_sdk, ag_ui):
-        app.include_router(module.router)
+    routers = [module.router for module in (runs, events, queue, approvals, threads, agents,
+                                            client_tokens, tools, usage, webhooks, health,
+                                            ai_sdk, ag_ui)]
+    for router in routers:
+        app.include_router(router)
     app.router.routes.append(mcp_route(mcp))
+    app.router.routes[0:0] = front_routes(routers)  # the lean routes, before FastAPI's walk
     if cfg.playground:
         app.include_router(playground.router)
     app.add_middleware(HeadAsGet, routes=app.routes)

@@ -1,8 +1,10 @@
 """``POST /runs`` and ``GET /runs/{id}/events`` are bound without FastAPI's generic request
-handling (``app/api/routes/lean.py``): every answer must be the one FastAPI's own handler
-gives for the same request. Each request goes to one server twice: through the lean handler,
-then with the route switched back to FastAPI's handler; status, body and the headers a client
-reads must agree (ids, times and tokens aside)."""
+handling (``app/api/routes/lean.py``) and answered before FastAPI's router walks its routes
+(``app/api/routes/front.py``): every answer must be the one FastAPI's own handler gives for
+the same request. Each request goes to one server twice: through the front route's lean
+handler, then with the front routes taken out and the route switched back to FastAPI's
+handler; status, body and the headers a client reads must agree (ids, times and tokens
+aside)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from fastapi import routing
 from fastapi.routing import APIRoute
 
 from app.api.routes import events, runs
+from app.api.routes.front import FrontRoute
 from app.api.routes.lean import LeanRoute
 from app.api.routes.strict_json import StrictJsonRoute
 from tests.api.conftest import Api, serve
@@ -55,9 +58,14 @@ def _contexts(app: Any) -> list[Any]:
 
 @contextmanager
 def fastapi_handlers(*, reached: bool = True) -> Iterator[None]:
-    """The two routes answered by FastAPI's own request handler meanwhile (each call counted,
-    so a swap that did not take shows)."""
-    saved = [(c, c.app) for c in _contexts(CURRENT_APP[-1])]
+    """The two routes answered by FastAPI's routing and its own request handler meanwhile:
+    the front routes out of the app's routes, each call of FastAPI's handler counted (so a
+    swap that did not take shows)."""
+    app = CURRENT_APP[-1]
+    saved = [(c, c.app) for c in _contexts(app)]
+    routes = app.router.routes
+    fronts = [r for r in routes if isinstance(r, FrontRoute)]
+    assert len(fronts) == 2, routes
 
     def counted(route: APIRoute) -> Any:
         token = routing._effective_route_context_var.set(context)
@@ -76,10 +84,12 @@ def fastapi_handlers(*, reached: bool = True) -> Iterator[None]:
         for context, _ in saved:
             context.app = routing.wrap_app_with_body_limit(
                 routing.request_response(counted(context.original_route)), context.max_body_size)
+        routes[:] = [r for r in routes if r not in fronts]
         yield
     finally:
-        for context, app in saved:
-            context.app = app
+        for context, handler in saved:
+            context.app = handler
+        routes[0:0] = fronts
     if reached:  # (a request the middleware refuses never gets to a route)
         assert len(FASTAPI_CALLS) > before, "FastAPI's handler was never called"
 
@@ -212,3 +222,35 @@ def test_the_routes_keep_their_openapi(api: Api) -> None:
     get = spec["paths"]["/runs/{run_id}/events"]["get"]
     assert get["operationId"] == "streamRunEvents"
     assert {p["name"] for p in get["parameters"]} >= {"run_id", "after", "token"}
+
+
+async def test_the_front_routes_take_exactly_their_requests(api: Api,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``POST /runs`` and ``GET /runs/{id}/events`` are answered by the front routes; another
+    method or path at the same place goes on to FastAPI's routing and gets what it got
+    before (a 405 listing every method of the path, the list of runs)."""
+    taken: list[tuple[str, str]] = []
+    fronts = [r for r in CURRENT_APP[-1].router.routes if isinstance(r, FrontRoute)]
+    assert {(f.path, tuple(sorted(f.methods))) for f in fronts} == {
+        ("/runs", ("POST",)), ("/runs/{run_id}/events", ("GET",))}
+    for front in fronts:
+        async def counted(scope: Any, receive: Any, send: Any, inner: Any = front.app) -> None:
+            taken.append((scope["method"], scope["path"]))
+            await inner(scope, receive, send)
+        monkeypatch.setattr(front, "app", counted)
+    unknown = "/runs/run_0123456789abcdef0123456789abcdef/events"
+    async with httpx.AsyncClient(base_url=api.url, timeout=10) as client:
+        made = await client.post("/runs", json={"input": "hi"}, headers=AUTH)
+        missing = await client.get(unknown, headers=AUTH)
+        assert (made.status_code, missing.status_code) == (201, 404)
+        assert taken == [("POST", "/runs"), ("GET", unknown)]
+        listed = await client.get("/runs", headers=AUTH)
+        put = await client.put("/runs", json={"input": "hi"}, headers=AUTH)
+        delete = await client.delete(unknown, headers=AUTH)
+        slash = await client.post("/runs/", json={"input": "hi"}, headers=AUTH)
+    assert taken == [("POST", "/runs"), ("GET", unknown)], taken
+    assert listed.status_code == 200
+    assert made.json()["id"] in {r["id"] for r in listed.json()["runs"]}
+    assert put.status_code == delete.status_code == 405
+    assert put.headers["allow"] == "GET, HEAD, POST" and delete.headers["allow"] == "GET, HEAD"
+    assert slash.status_code in (307, 404), slash.status_code

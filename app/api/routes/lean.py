@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.api.routes.deps import caller, get_services
@@ -87,6 +88,11 @@ def body_model(model: type[M], value: Any) -> M:
         errors = [{**e, "loc": ("body", *e["loc"])}
                   for e in exc.errors(include_url=False)]
         raise RequestValidationError(errors, body=value) from None
+
+
+def has_binder(route: APIRoute) -> bool:
+    """Whether ``route``'s endpoint has a binder (its requests are handled lean)."""
+    return route.endpoint in _BINDERS
 
 
 class LeanRoute(StrictJsonRoute):
