@@ -67,3 +67,32 @@ async def test_idempotency(backend: Backend) -> None:
     other, created3 = await backend.create_run(record(tenant="t2"), idempotency_key="k",
                                                request_hash="h2")
     assert created3 and other.id != first.id
+
+
+def test_the_memory_backends_run_copy_is_whole_and_its_own() -> None:
+    """``copy_run`` is compiled from ``RunRecord``'s fields: every field (one added later
+    too) comes across, and what a caller changes in a copy's usage, metadata and loaded
+    tools stays out of the stored record."""
+    from dataclasses import fields
+
+    from app.store.memory.core import copy_run
+    from app.store.records import RunRecord
+
+    values: dict[str, object] = {}
+    for i, f in enumerate(fields(RunRecord)):
+        default = getattr(RunRecord(id="x", tenant="t"), f.name)
+        values[f.name] = (f"v{i}" if default is None or isinstance(default, str)
+                          else (not default) if isinstance(default, bool)
+                          else type(default)(i + 1) if isinstance(default, int | float)
+                          else {"k": i} if isinstance(default, dict) else [f"t{i}"])
+    original = RunRecord(**values)  # type: ignore[arg-type]
+    copied = copy_run(original)
+    assert copied == original and copied is not original
+    assert all(getattr(copied, f.name) != getattr(RunRecord(id="x", tenant="t"), f.name)
+               for f in fields(RunRecord))  # every field was set, and came across
+    copied.usage["more"] = 1
+    copied.metadata["more"] = "1"
+    copied.loaded_tools.append("more")
+    assert "more" not in original.usage and "more" not in original.metadata
+    assert "more" not in original.loaded_tools
+    assert copied.request is original.request  # never changed after create: shared
