@@ -76,7 +76,7 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
 
     # /docs (Swagger UI) and /redoc from assets shipped in the package, never from a CDN
     app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
-                         lifespan=lifespan)
+                         lifespan=lifespan, telemetry=_fastapi_telemetry(cfg))
     install_error_handlers(app, TEXT_ERROR_PATHS)
     install_contract(app)
     routers = [module.router for module in (runs, events, queue, approvals, threads, agents,
@@ -96,6 +96,14 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     _add_cors(app, cfg.cors_origin_list())
     app.add_middleware(StashServerSend)  # outermost of ours: app.delivery.server_send
     return app
+
+
+def _fastapi_telemetry(cfg: Settings) -> dict[str, bool] | None:
+    """FastAPI's own OpenTelemetry (HTTP spans, metrics, logs) as ``AGENTLOOP_OTEL`` says:
+    its defaults when on; off when off. Left on, it asked the global tracer, meter and logger
+    providers (and the environment) on every request whether any was configured: ~4 % of
+    ``POST /runs`` in the app (py-spy), for telemetry nobody turned on."""
+    return None if cfg.otel else {"tracing": False, "metrics": False, "logs": False}
 
 
 def _add_cors(app: FastAPI, origins: list[str]) -> None:

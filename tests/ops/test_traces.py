@@ -205,3 +205,35 @@ async def test_a_run_another_worker_takes_over_stays_one_trace(
             second_span.attributes["agentloop.attempt"]) == (1, 2)
     assert hexes(second_span)[0] == hexes(first_span)[0]
     assert hexes(second_span)[2] == hexes(first_span)[1]
+
+
+@pytest.mark.parametrize("otel", [False, True])
+async def test_fastapis_own_telemetry_follows_agentloop_otel(
+        otel: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FastAPI traces its HTTP requests itself once a global provider exists. With
+    ``AGENTLOOP_OTEL`` off it is off too: a request asks no OpenTelemetry provider (it
+    asked the tracer, meter and logger providers on every request); on, FastAPI looks."""
+    import httpx
+    from opentelemetry import metrics, trace
+
+    from app.config import Settings
+    from app.process.main import create_app
+
+    asked: list[str] = []
+    real_trace, real_meter = trace.get_tracer_provider, metrics.get_meter_provider
+
+    def tracer() -> Any:
+        asked.append("tracer")
+        return real_trace()
+
+    def meter() -> Any:
+        asked.append("meter")
+        return real_meter()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", tracer)
+    monkeypatch.setattr(metrics, "get_meter_provider", meter)
+    app = create_app(Settings(otel=otel), worker=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://agentloop") as client:
+        assert (await client.get("/nope")).status_code == 404
+    assert bool(asked) is otel, asked
