@@ -153,7 +153,7 @@ async def test_a_nested_loop_cut_by_the_hand_back_is_ended_at_every_depth(
         inner_calls += 1
         step = fake.hanging("thinking") if inner_calls == 1 else fake.text("inner done")
         out = await runtime.exec("go", provider=FakeProvider([step]), toolset="none")
-        return f"inner: {out.result}"
+        return f"inner: {out.text}"
 
     _, resolve = shared(by_round(fake.tool_calls(("delegate", {}, "call_d")),
                                         fake.text("outer done")))
@@ -181,6 +181,10 @@ async def test_a_nested_loop_cut_by_the_hand_back_is_ended_at_every_depth(
     assert_clean_log(log)
     nested_ends = [e for e in log if e["type"] == "agent_end" and e["depth"] == 1]
     assert [e["stop_reason"] for e in nested_ends] == ["error", "stop"]
+    delegated = [e for e in log if e["type"] == "tool_execution_end"
+                 and e["tool_name"] == "delegate" and e["depth"] == 0]
+    assert delegated and delegated[-1]["is_error"] is False
+    assert "inner: inner done" in str(delegated[-1]["result"]), delegated[-1]
 
 
 async def test_tools_loaded_by_tool_search_stay_on_the_menu_after_a_resume(
