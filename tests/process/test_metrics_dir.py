@@ -8,9 +8,13 @@ supervisor's children do."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -219,3 +223,43 @@ def test_a_directory_left_under_its_hidden_name_is_removed_once_a_minute_old(
         assert held.is_dir()
     finally:
         os.close(fd)
+
+
+_AS_NOBODY = """
+import json, sys
+from app.telemetry.multiprocess import MetricsDir, sweep_orphans
+removed = sweep_orphans(sys.argv[1])
+mine = MetricsDir(sys.argv[1])
+print(json.dumps({"removed": removed, "mine": mine.path}), flush=True)
+mine.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to make another user's directory and drop to a uid")
+def test_a_normal_user_sweeps_its_own_orphans_and_leaves_other_users_alone() -> None:
+    """A shared temp directory (sticky, as /tmp) holding an orphan of root's (no supervisor
+    holds it) and one of the service user's: a supervisor running as that user removes its
+    own, cannot open root's (0700) and goes on, and makes its directory."""
+    parent = Path(tempfile.mkdtemp(prefix="agentloop-sweep-"))  # reachable by any user
+    try:
+        parent.chmod(0o1777)
+        roots = parent / f"{PREFIX}rootsorphan"
+        roots.mkdir(mode=0o700)
+        theirs = parent / f"{PREFIX}nobodysorphan"
+        theirs.mkdir(mode=0o700)
+        (theirs / "counter_7.db").write_bytes(b"")
+        for path in (theirs, theirs / "counter_7.db"):
+            os.chown(path, 65534, 65534)
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+             sys.executable, "-c", _AS_NOBODY, str(parent)],
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "LANG": "C.UTF-8"},
+            capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["removed"] == [str(theirs)]
+        assert roots.is_dir() and not theirs.exists()
+        assert Path(seen["mine"]).parent == parent and not Path(seen["mine"]).exists()
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
