@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -51,8 +53,12 @@ async def test_stream_bytes_open_with_retry_ping_as_one_line_blank_lines_only_af
         run = await api.create(tools=[])
         async with api.client.stream("GET", run["events_url"]) as resp:
             raw = b"".join([chunk async for chunk in resp.aiter_raw()])
+        headers = resp.headers
     assert raw.startswith(b"retry: 1000\nid: 1\nevent: run_created\ndata: ")
     assert raw.count(b": ping\n") >= 2, raw  # the stream really idled between events
+    # what sse-starlette's EventSourceResponse sends, which EventStreamResponse copies
+    assert headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert (headers["cache-control"], headers["x-accel-buffering"]) == ("no-store", "no")
     assert b": ping\n\n" not in raw
     check_framing(raw)
 
@@ -119,3 +125,38 @@ async def test_ping_keeps_an_idle_stream_alive_through_an_idle_timeout_proxy() -
                     pass  # the proxy cut the stream mid-body
             assert (frames == [1, 2]) is survives, (ping, frames)
             assert (proxy.idle_closed == 0) is survives
+
+
+async def test_an_event_stream_response_has_sse_starlettes_headers_on_each_path() -> None:
+    """``EventStreamResponse`` copies the headers sse-starlette's ``__init__`` makes instead of
+    running it; a request for sse-starlette's own path (``HEAD`` reaching the response) runs
+    it then, keeping headers set on the response since."""
+    from sse_starlette import EventSourceResponse
+
+    from app.delivery.sse import EventStreamResponse
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"id: 1\nevent: e\ndata: {}\n\n"
+
+    expected = EventSourceResponse(frames(), ping=0, sep="\n").raw_headers
+    for method in ("GET", "HEAD"):
+        response = EventStreamResponse(frames())
+        assert response.raw_headers == expected
+        response.headers["x-extra"] = "1"  # as the dialects add theirs
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(10)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any], sent: list[dict[str, Any]] = sent) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": method, "path": "/x", "headers": []}
+        await asyncio.wait_for(response(scope, receive, send), 10)
+        start = sent[0]
+        assert start["type"] == "http.response.start" and start["status"] == 200
+        assert dict(start["headers"]) == dict(expected) | {b"x-extra": b"1"}, method
+        body = b"".join(m.get("body", b"") for m in sent[1:])
+        assert body == (b"" if method == "HEAD" else b"id: 1\nevent: e\ndata: {}\n\n")
+        assert sent[-1].get("more_body") is False
