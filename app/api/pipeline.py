@@ -219,7 +219,8 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
                        metadata=dict(run.options.metadata), owner=request.principal.subject,
                        request=run.stored(normalise_input(request.input, run.rules)))
     key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
-    digest = request_hash({"tenant": tenant, "body": request.digest_of})
+    # the digest only answers a repeat of an Idempotency-Key (~4 % of POST /runs otherwise)
+    digest = request_hash({"tenant": tenant, "body": request.digest_of}) if key else None
     admission = await quotas.admit(svc, request.principal, record.id)
     quotas.mark(record, admission)
     try:
