@@ -254,3 +254,7 @@ async def test_the_front_routes_take_exactly_their_requests(api: Api,
     assert put.status_code == delete.status_code == 405
     assert put.headers["allow"] == "GET, HEAD, POST" and delete.headers["allow"] == "GET, HEAD"
     assert slash.status_code in (307, 404), slash.status_code
+    # URLs by route name still come from the declared routes (an embedding app's url_for)
+    app = CURRENT_APP[-1]
+    assert app.url_path_for("create_run") == "/runs"
+    assert app.url_path_for("run_events", run_id="run_x") == "/runs/run_x/events"

@@ -21,10 +21,12 @@ answers are FastAPI's own handler's.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from fastapi import APIRouter
 from starlette._utils import get_route_path
-from starlette.routing import BaseRoute, Match, compile_path
+from starlette.datastructures import URLPath
+from starlette.routing import BaseRoute, Match, NoMatchFound, compile_path
 from starlette.routing import request_response as starlette_request_response
 from starlette.types import Receive, Scope, Send
 
@@ -55,6 +57,10 @@ class FrontRoute(BaseRoute):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
+        """Never this route's: ``url_path_for`` finds the declared route behind it."""
+        raise NoMatchFound(name, path_params)
 
     def __repr__(self) -> str:
         return f"FrontRoute(path={self.path!r}, methods={sorted(self.methods)!r})"
