@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 
@@ -112,7 +113,7 @@ class EventStreamResponse(EventSourceResponse):
         self.send_timeout = send_timeout
         self.status_code = 200
         self.background = None
-        self.raw_headers = list(_HEADERS or _stream_headers())
+        self.raw_headers = list(_stream_headers())
 
     def _parent_init(self) -> None:
         super().__init__(self._frames, ping=0, send_timeout=self.send_timeout, sep="\n",
@@ -164,21 +165,11 @@ class EventStreamResponse(EventSourceResponse):
                     await aclose()
 
 
-_HEADERS: list[tuple[bytes, bytes]] = []
-"""The raw headers sse-starlette gives an event stream (learnt from the first one made)."""
-
-
-def _stream_headers() -> list[tuple[bytes, bytes]]:
-    _HEADERS[:] = EventSourceResponse(_NoFrames(), ping=0, sep="\n").raw_headers
-    return _HEADERS
-
-
-class _NoFrames:
-    def __aiter__(self) -> _NoFrames:
-        return self
-
-    async def __anext__(self) -> bytes:
-        raise StopAsyncIteration
+@functools.cache
+def _stream_headers() -> tuple[tuple[bytes, bytes], ...]:
+    """The raw headers sse-starlette gives an event stream (asked once, of a response that
+    is never sent: its content is never iterated)."""
+    return tuple(EventSourceResponse(iter(()), ping=0, sep="\n").raw_headers)
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
