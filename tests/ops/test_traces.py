@@ -210,21 +210,25 @@ async def test_a_run_another_worker_takes_over_stays_one_trace(
 @pytest.mark.parametrize("otel", [False, True])
 async def test_fastapis_own_telemetry_follows_agentloop_otel(
         otel: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """FastAPI traces its HTTP requests itself once a global provider exists. With
-    ``AGENTLOOP_OTEL`` off it is off too: a request asks no OpenTelemetry provider (it
-    asked the tracer, meter and logger providers on every request); on, FastAPI looks."""
+    """FastAPI traces its HTTP requests itself once a global provider exists (an embedding
+    app's, say). With ``AGENTLOOP_OTEL`` off it is off too: no HTTP span is exported, and a
+    request asks no OpenTelemetry provider (it asked the tracer, meter and logger providers
+    on every request); on, FastAPI's server span for the request is exported."""
     import httpx
     from opentelemetry import metrics, trace
 
     from app.config import Settings
     from app.process.main import create_app
 
+    exporter = InMemorySpanExporter()
+    installed = TracerProvider()  # as if the embedding app had installed it globally
+    installed.add_span_processor(SimpleSpanProcessor(exporter))
     asked: list[str] = []
-    real_trace, real_meter = trace.get_tracer_provider, metrics.get_meter_provider
+    real_meter = metrics.get_meter_provider
 
     def tracer() -> Any:
         asked.append("tracer")
-        return real_trace()
+        return installed
 
     def meter() -> Any:
         asked.append("meter")
@@ -236,4 +240,8 @@ async def test_fastapis_own_telemetry_follows_agentloop_otel(
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://agentloop") as client:
         assert (await client.get("/nope")).status_code == 404
+    installed.shutdown()
+    spans = [(s.name, (s.attributes or {}).get("http.response.status_code"))
+             for s in exporter.get_finished_spans()]
+    assert spans == ([("GET", 404)] if otel else []), spans
     assert bool(asked) is otel, asked
