@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import resource
+import signal
 import socket
 import time
 from pathlib import Path
@@ -96,6 +98,24 @@ async def gone(marker: str, within: float = 10.0) -> list[int]:
     return left
 
 
+def _first_argument(pid: int) -> int | None:
+    """The first argument of the system call ``pid`` sits in (None when it runs or is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/syscall").read_text().split()[1], 16)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+async def _blocked_on(marker: str, fd: int, besides: int) -> None:
+    """Wait until a process carrying ``marker`` (other than ``besides``) sits in a system call
+    on descriptor ``fd`` (``/proc/PID/syscall``: the number, then the arguments)."""
+    for _ in range(300):
+        if any(pid != besides and _first_argument(pid) == fd for pid in alive(marker)):
+            return
+        await asyncio.sleep(0.03)
+    raise AssertionError("bwrap's sandbox never reached its --block-fd")
+
+
 async def _wait_alive(marker: str) -> None:
     for _ in range(100):
         if alive(marker):
@@ -137,6 +157,41 @@ async def test_cancel_while_the_spawn_completes_kills_what_started(mode, ctx, mo
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await gone(marker) == []
+
+
+@needs_bwrap
+async def test_the_group_kill_reaches_a_sandbox_whose_bwrap_died_first(ctx):
+    """bwrap killed before its sandbox finished starting (a cancel landing early, under load):
+    the sandbox goes on without a parent-death signal, so ``kill_group`` alone must reach it,
+    processes that called ``setsid`` included. bwrap is held at ``--block-fd`` (after its
+    clone, before the sandbox's init starts the command) while only bwrap is killed."""
+    marker = unique_sleep()
+    launch = sandbox.prepare(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"],
+                             ctx.workspace)
+    held, release = os.pipe()
+    at = launch.argv.index("bwrap") + 1
+    argv = [*launch.argv[:at], "--block-fd", str(held), *launch.argv[at:]]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=ctx.workspace, env=launch.env, start_new_session=True, pass_fds=(held,),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    os.close(held)
+    try:
+        await _blocked_on(marker, held, besides=proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)  # bwrap alone; its sandbox is still setting up
+        await asyncio.wait_for(proc.wait(), 10)
+        os.write(release, b"x")  # the orphaned sandbox starts the command
+        for _ in range(300):
+            if len(alive(marker)) >= 3:  # the init and both sleeps
+                break
+            await asyncio.sleep(0.03)
+        assert len(alive(marker)) >= 3, "the orphaned sandbox never started the command"
+        _proc.kill_group(proc.pid)
+        assert await gone(marker) == []
+    finally:
+        os.close(release)
+        for pid in alive(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_run_cancel_signal_kills_the_group(mode, ctx):

@@ -1,5 +1,6 @@
 """The code tools and the start-up probe in a service that is not root (the tests run as root
-here, so a child process drops to the sandbox uid with setpriv and runs them on uvloop)."""
+here, so a child process drops to the sandbox uid with setpriv and runs them on uvloop),
+including the kill of a cancelled command's processes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
-import json, sys
+import asyncio, json, os, sys, time
 from pathlib import Path
 import uvloop
 from tool_registry import ToolContext
@@ -29,9 +30,29 @@ async def main():
     ctx = ToolContext(run_id="nonroot-run", tool_call_id="c1")
     shell = await run_shell.execute({"command": "id -u; echo made > f.txt; cat f.txt"}, ctx)
     py = await run_python.execute({"code": "import os; print(os.getuid())"}, ctx)
+    marker = f"{2000 + time.monotonic_ns() % 10**6 / 10**6:.6f}"
+    task = asyncio.create_task(run_shell.execute(
+        {"command": f"setsid sleep {marker} & sleep {marker}"}, ctx))
+    while not alive(marker):
+        await asyncio.sleep(0.02)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    deadline = time.monotonic() + 10
+    while alive(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     print(json.dumps({"probe": found.ok, "mode": found.mode, "detail": found.detail,
                       "shell": shell.content[0].text, "python": py.content[0].text,
-                      "euid": __import__("os").geteuid()}))
+                      "euid": os.geteuid(), "left_after_cancel": alive(marker)}))
+
+def alive(marker):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
 
 uvloop.run(main())
 """
@@ -69,3 +90,5 @@ def test_code_tools_and_probe_work_in_a_non_root_service(unsafe: bool) -> None:
     assert seen["shell"].splitlines()[:3] == ["exit code: 0", "--- stdout ---", "65534"], seen
     assert "made" in seen["shell"]
     assert "65534" in seen["python"] and "exit code: 0" in seen["python"]
+    if not unsafe:  # a cancelled command's processes die with it, setsid or not
+        assert seen["left_after_cancel"] == [], seen

@@ -55,8 +55,17 @@ def sandbox_env(ws: Path) -> dict[str, str]:
 
 def bwrap_args(ws: Path) -> list[str]:
     """The bubblewrap command line (up to the ``--``) for a workspace. The private ``/tmp`` is
-    a tmpfs of ``settings.tmp_size_mb``: without a size it could fill the host's memory."""
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    a tmpfs of ``settings.tmp_size_mb``: without a size it could fill the host's memory.
+
+    No ``--new-session``: the sandbox must stay in the process group that ``_proc`` kills.
+    bwrap's ``--new-session`` moves its PID-namespace init into a new session before that init
+    arms its parent-death signal, so a group kill landing in between killed bwrap but left the
+    sandbox running (seen under load). In our group, one ``killpg`` reaches the init whenever
+    it lands, and the init's death takes the whole namespace along, even processes that called
+    ``setsid`` themselves. What ``--new-session`` guards against (``TIOCSTI`` input injected
+    into the caller's terminal) cannot happen here: every spawn gets a session of its own with
+    no controlling terminal (``start_new_session``) and no terminal descriptor."""
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
             "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         top = Path("/", name)
