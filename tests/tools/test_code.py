@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import resource
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,6 +195,54 @@ async def test_the_group_kill_reaches_a_sandbox_whose_bwrap_died_first(ctx):
         for pid in alive(marker):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+TERMINAL_SCRIPT = r"""
+import asyncio, json, os, sys
+from pathlib import Path
+os.close(os.open(sys.argv[2], os.O_RDWR))  # a session leader opening a tty: its terminal now
+try:
+    os.close(os.open("/dev/tty", os.O_RDWR))
+    service_has_one = True
+except OSError:
+    service_has_one = False
+from tool_registry import ToolContext
+from tool_registry.builtin import sandbox, settings
+from tool_registry.builtin.code import run_shell
+if sys.argv[3] == "unsafe":
+    sandbox.bwrap_usable = lambda: False
+settings.configure(settings.BuiltinSettings(workspace_root=Path(sys.argv[1]),
+                                            unsafe_code_tools=True))
+
+async def main():
+    result = await run_shell.execute({"command": "cut -d' ' -f7 /proc/self/stat; "
+                                      "(: </dev/tty) 2>/dev/null && echo TTY || echo NO-TTY"},
+                                     ToolContext(run_id="tty-run", tool_call_id="c1"))
+    print(json.dumps({"service": service_has_one, "mode": sandbox.sandbox_mode(),
+                      "code": result.content[0].text}))
+
+asyncio.run(main())
+"""
+
+
+def test_code_has_no_terminal_when_the_service_has_one(mode, base):
+    """Code never gets the service's controlling terminal (no ``TIOCSTI`` into it): every
+    spawn has a session of its own (``start_new_session``), in both modes; under bubblewrap
+    this is what ``--new-session`` was for."""
+    parent, child = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", TERMINAL_SCRIPT, str(base / "workspaces"),
+             os.ttyname(child), mode],
+            start_new_session=True, capture_output=True, text=True, timeout=60, check=False,
+            cwd=Path(__file__).resolve().parents[2])
+    finally:
+        os.close(parent)
+        os.close(child)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["service"] is True and seen["mode"] == mode  # the check means something
+    assert seen["code"].splitlines()[:4] == ["exit code: 0", "--- stdout ---", "0", "NO-TTY"], seen
 
 
 async def test_run_cancel_signal_kills_the_group(mode, ctx):
