@@ -198,8 +198,9 @@ async def test_the_group_kill_reaches_a_sandbox_whose_bwrap_died_first(ctx):
 
 
 TERMINAL_SCRIPT = r"""
-import asyncio, json, os, sys
+import json, os, sys
 from pathlib import Path
+import uvloop
 os.close(os.open(sys.argv[2], os.O_RDWR))  # a session leader opening a tty: its terminal now
 try:
     os.close(os.open("/dev/tty", os.O_RDWR))
@@ -221,7 +222,7 @@ async def main():
     print(json.dumps({"service": service_has_one, "mode": sandbox.sandbox_mode(),
                       "code": result.content[0].text}))
 
-asyncio.run(main())
+uvloop.run(main())  # the loop agentloop serve runs: uvloop spawns with libuv, not asyncio
 """
 
 
