@@ -85,6 +85,33 @@ async def keyed() -> AsyncIterator[Any]:
         yield api
 
 
+async def test_a_cancelled_notification_alone_leaves_the_run_going(mcp: Client) -> None:
+    """Streamable HTTP cancels by closing the request's stream (the hang-up test above); a
+    ``notifications/cancelled`` from a client of an older revision is accepted and ignored:
+    on a stateless endpoint it cannot name a call, so it must not cancel anything."""
+    mcp.fake.script = [text("done", delay=1.0)]  # five events a second apart
+    mcp.fake.calls = 0
+
+    async def call() -> Any:
+        async with session(mcp.app.server.url) as client:
+            return await client.call_tool("run", {"input": "wait"})
+
+    task = asyncio.create_task(call())
+    async with asyncio.timeout(30):  # until the model is called (its reply ends 5 s later)
+        while mcp.fake.calls == 0:
+            await asyncio.sleep(0.02)
+    [run] = (await mcp.http.get("/runs", params={"limit": 1})).json()["runs"]
+    sent = await mcp.http.post(
+        "/mcp", json={"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 1, "reason": "the user stopped it"}},
+        headers={"accept": "application/json, text/event-stream"})
+    assert sent.status_code == 202, sent.text
+    assert (await mcp.http.get(f"/runs/{run['id']}")).json()["status"] == "running"
+    result = await asyncio.wait_for(task, 30)
+    assert result.isError is False and result.structuredContent["status"] == "completed"
+    assert result.structuredContent["run_id"] == run["id"]
+
+
 async def test_the_api_key_is_required_and_agents_are_the_tools(keyed: Any) -> None:
     resp = await keyed.client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert resp.status_code == 401
