@@ -33,16 +33,24 @@ async def main():
     marker = f"{2000 + time.monotonic_ns() % 10**6 / 10**6:.6f}"
     task = asyncio.create_task(run_shell.execute(
         {"command": f"setsid sleep {marker} & sleep {marker}"}, ctx))
-    while not alive(marker):
+    for _ in range(1000):  # until the command runs (a 20 s ceiling)
+        if alive(marker):
+            break
         await asyncio.sleep(0.02)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     deadline = time.monotonic() + 10
     while alive(marker) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+    left = alive(marker)
+    for pid in left:  # unsafe mode: the setsid one escapes the kill (documented); not left here
+        try:
+            os.kill(int(pid), 9)
+        except OSError:
+            pass
     print(json.dumps({"probe": found.ok, "mode": found.mode, "detail": found.detail,
                       "shell": shell.content[0].text, "python": py.content[0].text,
-                      "euid": os.geteuid(), "left_after_cancel": alive(marker)}))
+                      "euid": os.geteuid(), "left_after_cancel": left}))
 
 def alive(marker):
     found = []
@@ -90,5 +98,5 @@ def test_code_tools_and_probe_work_in_a_non_root_service(unsafe: bool) -> None:
     assert seen["shell"].splitlines()[:3] == ["exit code: 0", "--- stdout ---", "65534"], seen
     assert "made" in seen["shell"]
     assert "65534" in seen["python"] and "exit code: 0" in seen["python"]
-    if not unsafe:  # a cancelled command's processes die with it, setsid or not
-        assert seen["left_after_cancel"] == [], seen
+    if not unsafe:  # under bubblewrap a cancelled command's processes die with it, setsid
+        assert seen["left_after_cancel"] == [], seen  # or not (unsafe mode: README)
