@@ -168,7 +168,7 @@ def bwrap_usable() -> bool:
         argv = limit_args(settings) + drop_args(settings) + bwrap_args(ws) + ["--", "true"]
         try:
             done = subprocess.run(argv, env=sandbox_env(ws), capture_output=True, timeout=10,
-                                  check=False)
+                                  check=False, start_new_session=True)  # as code runs
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("sandbox: bwrap probe failed to start: %s", exc)
             return False
