@@ -30,8 +30,12 @@ def base() -> Iterator[Path]:
 
 @pytest.fixture
 def configure(base: Path) -> Iterator[Any]:
-    """``configure(**changes)`` applies settings for one test; restored afterwards."""
+    """``configure(**changes)`` applies settings for one test; restored afterwards. A start-up
+    probe recorded by an earlier test's app in this process (a server whose workspace the
+    sandbox could not reach records a failed one: code tools ``disabled``) is set aside too."""
     saved = settings_mod.current()
+    saved_probe = sandbox.probe_result()
+    sandbox.record_probe(None)
 
     def apply(**changes: Any) -> settings_mod.BuiltinSettings:
         new = dataclasses.replace(settings_mod.current(), **changes)
@@ -41,6 +45,7 @@ def configure(base: Path) -> Iterator[Any]:
     apply(workspace_root=base / "workspaces", unsafe_code_tools=True)
     yield apply
     settings_mod.configure(saved)
+    sandbox.record_probe(saved_probe)
 
 
 @pytest.fixture
