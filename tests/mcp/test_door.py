@@ -112,6 +112,40 @@ async def test_a_cancelled_notification_alone_leaves_the_run_going(mcp: Client) 
     assert result.structuredContent["run_id"] == run["id"]
 
 
+async def test_a_body_the_other_doors_refuse_is_a_json_rpc_error(mcp: Client) -> None:
+    """``/mcp`` reads a body as every door does: what the REST doors answer 400/422 for is a
+    400 JSON-RPC error here, before the SDK (whose ``json.loads`` took these: a 500 for deep
+    nesting, a run failing to be stored for a lone surrogate, a reply that could not be
+    encoded for a surrogate id), and no run starts."""
+    mcp.fake.script, mcp.fake.calls = [text("never")], 0
+    before = (await mcp.http.get("/runs", params={"limit": 100})).json()["runs"]
+    call = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run","arguments":'
+    deep = '{"a":' * 70 + '1' + '}' * 70
+    cases = [
+        (call + '{"input":"hi \\ud800"}}}', -32700, "Parse error: "),
+        ('{"jsonrpc":"2.0","id":"\\ud800","method":"tools/list"}', -32700, "Parse error: "),
+        ('{"jsonrpc":"2.0","id":NaN,"method":"tools/list"}', -32700, "Parse error: "),
+        ('{"a":' * 3000 + '1' + '}' * 3000, -32700, "Parse error: "),  # past orjson's 1024
+        (call + deep + '}}', -32600,
+         "Invalid request: params.arguments.a.a: nested deeper than 64 levels"),
+        ("", -32700, "Parse error: "),
+    ]
+    accept = {"accept": "application/json, text/event-stream",
+              "content-type": "application/json"}
+    for body, code, message in cases:
+        resp = await mcp.http.post("/mcp", content=body.encode(), headers=accept)
+        assert resp.status_code == 400, (body[:80], resp.text)
+        error = resp.json()
+        assert error["jsonrpc"] == "2.0" and error["id"] == "server-error", error
+        assert error["error"]["code"] == code and error["error"]["message"].startswith(message)
+    assert mcp.fake.calls == 0
+    assert (await mcp.http.get("/runs", params={"limit": 100})).json()["runs"] == before
+    mcp.fake.script = [text("fine")]  # the door still serves a good body, read once more
+    async with session(mcp.app.server.url) as client:
+        result = await client.call_tool("run", {"input": "\u00e9t\u00e9 \U0001f600"})
+    assert result.isError is False and result.content[0].text == "fine"  # type: ignore[union-attr]
+
+
 async def test_the_api_key_is_required_and_agents_are_the_tools(keyed: Any) -> None:
     resp = await keyed.client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert resp.status_code == 401

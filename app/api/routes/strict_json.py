@@ -26,19 +26,26 @@ MAX_DEPTH = 64
 """Deepest nesting of arrays and objects a request body may have."""
 
 
+def strict_loads(raw: bytes) -> Any:
+    """``raw`` as JSON; ``orjson.JSONDecodeError`` (a ``json.JSONDecodeError``) if it is not
+    JSON orjson can write back; ``ApiError`` 422 naming where it nests too deep. Every door's
+    body goes through this (the FastAPI routes through ``StrictJsonRequest``, ``/mcp``
+    before the SDK parses it again)."""
+    value = orjson.loads(raw)
+    too_deep = deepest_path(value, MAX_DEPTH)
+    if too_deep is not None:
+        raise ApiError(422, "validation_error", f"{too_deep}: nested deeper than "
+                       f"{MAX_DEPTH} levels", too_deep)
+    return value
+
+
 class StrictJsonRequest(Request):
-    """A request whose ``json()`` is ``orjson.loads`` and depth-checked."""
+    """A request whose ``json()`` is ``strict_loads``."""
 
     async def json(self) -> Any:
-        """The body as JSON; ``orjson.JSONDecodeError`` (a ``json.JSONDecodeError``) if it is
-        not JSON orjson can write back; ``ApiError`` 422 when it nests too deep."""
+        """The body as ``strict_loads`` reads it."""
         if not hasattr(self, "_json"):
-            value = orjson.loads(await self.body())
-            too_deep = deepest_path(value, MAX_DEPTH)
-            if too_deep is not None:
-                raise ApiError(422, "validation_error", f"{too_deep}: nested deeper than "
-                               f"{MAX_DEPTH} levels", too_deep)
-            self._json = value
+            self._json = strict_loads(await self.body())
         return self._json
 
 

@@ -2,8 +2,16 @@
 stands alone, so any API process behind a balancer answers it), behind the API's own auth
 (an API key or an end user's token: 401 before the protocol is spoken)::
 
-    POST /mcp ─ caller() ─ 401 │ principal in the request's state ─▶ session manager ─▶
-        tools/list ─ offered()     tools/call ─ call(): submit, follow, result
+    POST /mcp ─ caller() ─ 401 │ principal in the request's state
+              ─ body as every door reads it (``strict_loads``) ─ 400 JSON-RPC error │
+              ─▶ session manager ─▶ tools/list ─ offered()
+                                    tools/call ─ call(): submit, follow, result
+
+The SDK parses the body with the standard library's ``json``, which takes what the other
+doors refuse (nesting past the recursion limit: a 500; lone surrogates, ``NaN``, integers
+wider than 64 bits: a run that fails when stored, a reply that cannot be encoded), so the
+body is read here first, as ``app.api.routes.strict_json`` reads every other door's, and
+handed on unchanged.
 
 The SDK's handlers find the request (and so the services and the caller) in their request
 context.
@@ -18,13 +26,16 @@ from typing import Any
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.types import INVALID_REQUEST, PARSE_ERROR
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.auth import Principal
 from app.api.errors import ApiError, error_response
 from app.api.routes.deps import caller
+from app.api.routes.strict_json import strict_loads
 from app.api.services import Services
 from app.dialects.mcp import tools
 
@@ -92,8 +103,45 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL] = who
+        if request.method == "POST":
+            body = await request.body()  # bounded by the body guard (413)
+            refused = _refused(body)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+            receive = _replay(body, receive)
         assert self.manager is not None, "the app's lifespan runs the session manager"
         await self.manager.handle_request(scope, receive, send)
+
+
+def _refused(body: bytes) -> JSONResponse | None:
+    """A JSON-RPC error (HTTP 400, in the SDK's own shape for errors without a request id)
+    when ``body`` is not JSON every door accepts, else None."""
+    try:
+        strict_loads(body)
+    except ValueError as exc:  # orjson's JSONDecodeError
+        code, message = PARSE_ERROR, f"Parse error: {exc}"
+    except ApiError as exc:  # nested too deep, the path named
+        code, message = INVALID_REQUEST, f"Invalid request: {exc.message}"
+    else:
+        return None
+    return JSONResponse({"jsonrpc": "2.0", "id": "server-error",
+                         "error": {"code": code, "message": message}}, status_code=400)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, already read, given back first (the SDK reads it again);
+    then the connection's own messages (its disconnect cancels the call)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 def route(endpoint: McpEndpoint) -> Route:
