@@ -65,6 +65,27 @@ async def test_usage_counts_once_and_holds_tokens_per_day(backend: Backend) -> N
                                now) is None
 
 
+async def test_usage_reads_back_values_holding_any_character(backend: Backend) -> None:
+    """An end user's subject (a token's, an identity provider's ``sub``) and a model name are
+    the caller's strings: one holding the Redis field's separator (``\\x1f``) once made
+    ``GET /usage`` a 500 for the whole tenant and day, and could be read as another value."""
+    day = utc_day(time.time())
+    odd = ["u\x1fx", "\x1f", "a\x1fb\x1fruns", "", "\x1fsubject"]
+    for i, subject in enumerate(odd):
+        values = {"tenant": "", "subject": subject, "agent": "", "model": f"m:{subject}"}
+        counts = {"runs": 1, "input": i + 1, "output": 0, "cached": 0, "tokens": i + 1}
+        assert await backend.accrue_usage("odd", f"run_{i}", day, values, counts)  # type: ignore[arg-type]
+    lines = {(x.dimension, x.value): x for x in await backend.usage("odd", [day])}
+    assert {v for d, v in lines if d == "subject"} == set(odd)
+    assert {v for d, v in lines if d == "model"} == {f"m:{s}" for s in odd}
+    for i, subject in enumerate(odd):
+        assert (lines[("subject", subject)].runs, lines[("subject", subject)].input) == (1, i + 1)
+    assert lines[("tenant", "")].runs == len(odd)
+    refused = await backend.admit("odd", [QuotaScope(subject="\x1f", tokens_per_day=2)],
+                                  "run_x", time.time())
+    assert refused is not None and refused.subject == "\x1f"  # the same field, read by ADMIT
+
+
 async def test_concurrent_admissions_never_pass_the_limit(backend: Backend) -> None:
     scopes = [QuotaScope(max_active_runs=7, runs_per_minute=1000)]
     now = time.time()

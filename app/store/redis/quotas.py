@@ -25,8 +25,18 @@ def _limit(value: int | None) -> int:
 
 
 def usage_field(dimension: str, value: str, metric: str) -> str:
-    """The usage hash's field of one count."""
+    """The usage hash's field of one count (``usage_of_field`` reads it back)."""
     return f"{dimension}{SEP}{value}{SEP}{metric}"
+
+
+def usage_of_field(field: str) -> tuple[str, str, str]:
+    """``(dimension, value, metric)`` of a field ``usage_field`` wrote. The value is whatever
+    lies between the first and the last separator: a dimension and a metric are names of
+    ours and never hold one, while a value (an end user's subject, a model name) may, so the
+    reading cannot be ambiguous and never fails on what a caller chose."""
+    dimension, rest = field.split(SEP, 1)
+    value, metric = rest.rsplit(SEP, 1)
+    return dimension, value, metric
 
 
 class RedisQuotas(RedisCore):
@@ -97,8 +107,7 @@ class RedisQuotas(RedisCore):
         for day, raw in zip(days, replies, strict=True):
             totals: dict[tuple[str, str, str], int] = {}
             for field, n in pairs(raw).items():
-                dimension, value, metric = _text(field).split(SEP)
-                totals[(dimension, value, metric)] = int(n)
+                totals[usage_of_field(_text(field))] = int(n)
             out += lines_of(day, totals)
         return out
 
