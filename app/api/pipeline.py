@@ -205,6 +205,21 @@ def check_idempotency_key(key: str | None) -> None:
                        f"{IDEMPOTENCY_KEY_MAX} characters", "Idempotency-Key")
 
 
+def stored_idempotency_key(who: Principal, key: str | None) -> str | None:
+    """The name a ``POST /runs`` ``Idempotency-Key`` is kept under: the tenant's own for its
+    API key (as it always was), and for an end user one of its own within the tenant, so the
+    same key from another end user names another run: it never replays this user's run (its
+    answer, a stream token for it) nor says, by a 409, that the key was used. The subject is
+    length-prefixed after a control character no header value holds, so no subject and no
+    key of the tenant's can spell another's name. (A thread post's keys are the thread's, and
+    only the thread's owner posts there.)"""
+    if not key:
+        return None
+    if who.subject is None:
+        return f"{who.tenant}:{key}"
+    return f"{who.tenant}:\x1f{len(who.subject)}:{who.subject}:{key}"
+
+
 def request_hash(request: dict[str, Any]) -> str:
     """A stable digest of a request (``Idempotency-Key`` compares these)."""
     return hashlib.sha256(orjson.dumps(request, option=orjson.OPT_SORT_KEYS)).hexdigest()
@@ -218,7 +233,7 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
                        traceparent=incoming_traceparent(),
                        metadata=dict(run.options.metadata), owner=request.principal.subject,
                        request=run.stored(normalise_input(request.input, run.rules)))
-    key = f"{tenant}:{request.idempotency_key}" if request.idempotency_key else None
+    key = stored_idempotency_key(request.principal, request.idempotency_key)
     # the digest only answers a repeat of an Idempotency-Key (~4 % of POST /runs otherwise)
     digest = request_hash({"tenant": tenant, "body": request.digest_of}) if key else None
     admission = await quotas.admit(svc, request.principal, record.id)

@@ -197,6 +197,37 @@ async def check(b: httpx.AsyncClient, method: str, url: str, rule: str,
         raise AssertionError(f"unknown rule {rule}")
 
 
+async def test_an_idempotency_key_is_each_end_users_own(users: Users) -> None:
+    """The same ``Idempotency-Key`` and body from two end users of one tenant are two runs:
+    B's request once replayed A's run (its answer, a stream token for it) with 200, and a
+    different body told B, by 409, that A had used the key. Each still replays its own."""
+    body = {"agent": "support", "input": "say hi"}
+    key = {"Idempotency-Key": "send-1"}
+    async with users.client(await users.token("idem-a")) as a, \
+            users.client(await users.token("idem-b")) as b:
+        first = await a.post("/runs", json=body, headers=key)
+        assert first.status_code == 201, first.text
+        theirs = await b.post("/runs", json=body, headers=key)
+        assert theirs.status_code == 201, theirs.text
+        assert theirs.json()["id"] != first.json()["id"]
+        other = await b.post("/runs", json={**body, "input": "else"},
+                             headers={"Idempotency-Key": "send-2"})
+        assert other.status_code == 201, other.text
+        assert (await a.post("/runs", json={**body, "input": "mine"},
+                             headers={"Idempotency-Key": "send-2"})).status_code == 201
+        for client, run in ((a, first), (b, theirs)):  # each one's repeat is its own run
+            again = await client.post("/runs", json=body, headers=key)
+            assert (again.status_code, again.json()["id"]) == (200, run.json()["id"])
+            changed = await client.post("/runs", json={**body, "input": "x"}, headers=key)
+            assert changed.status_code == 409, changed.text
+        # the tenant's key keeps its own keys, apart from its end users'
+        tenant = await users.admin.post("/runs", json=body, headers=key)
+        assert tenant.status_code == 201, tenant.text
+        assert tenant.json()["id"] not in (first.json()["id"], theirs.json()["id"])
+        again = await users.admin.post("/runs", json=body, headers=key)
+        assert (again.status_code, again.json()["id"]) == (200, tenant.json()["id"])
+
+
 async def test_a_token_for_some_threads_only_reaches_them(users: Users) -> None:
     async with users.client(await users.token("c")) as c:
         mine = (await c.post("/threads", json={})).json()["id"]
