@@ -3,9 +3,15 @@ idempotency keys."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app.store import Backend, FencedOut, IdempotencyConflict
+from app.store.errors import BackendError
+from app.store.memory.backend import MemoryBackend
+from app.store.redis import keys
+from app.store.redis.runs import ABANDONED_KEY_S
 from tests.backends.helpers import record
 
 
@@ -67,6 +73,39 @@ async def test_idempotency(backend: Backend) -> None:
     other, created3 = await backend.create_run(record(tenant="t2"), idempotency_key="k",
                                                request_hash="h2")
     assert created3 and other.id != first.id
+
+
+async def test_an_idempotency_key_left_by_a_request_that_died_is_taken_over(
+        backend: Backend) -> None:
+    """On Redis the key is set before its run is written. A request that died in between
+    left a key naming a run that never came, and every retry with it was a 503 for as long
+    as the key lived (the run's TTL and a day): a retrying client could never start its run.
+    While the key is young (its request may still be writing) a retry is still a 503; once
+    it is older than ``ABANDONED_KEY_S``, the retry takes it over and starts its run, which
+    its own repeats then get."""
+    if isinstance(backend, MemoryBackend):
+        pytest.skip("the in-process backend sets the key and creates the run in one step")
+    client: Any = backend.client  # type: ignore[attr-defined]
+    name = keys.idempotency_key("t1", "died")
+    lifetime_ms = (int(backend.run_ttl) + 86400) * 1000  # type: ignore[attr-defined]
+    await client.set(name, "h1|run_" + "0" * 32, px=lifetime_ms - 1000)  # set 1 s ago
+    with pytest.raises(BackendError):
+        await backend.create_run(record(), idempotency_key="died", request_hash="h1")
+    with pytest.raises(IdempotencyConflict):  # another body is still refused
+        await backend.create_run(record(), idempotency_key="died", request_hash="h2")
+    await client.pexpire(name, lifetime_ms - (ABANDONED_KEY_S + 1) * 1000)  # now 31 s old
+    retry, created = await backend.create_run(record(), idempotency_key="died",
+                                              request_hash="h1")
+    assert created and await backend.get_run(retry.id) is not None
+    again, created = await backend.create_run(record(), idempotency_key="died",
+                                              request_hash="h1")
+    assert (again.id, created) == (retry.id, False)
+    assert lifetime_ms - 5000 < await client.pttl(name) <= lifetime_ms  # a fresh lifetime
+    # a key that still names a live run is never taken over, however old
+    await client.pexpire(name, 1000)
+    third, created = await backend.create_run(record(), idempotency_key="died",
+                                              request_hash="h1")
+    assert (third.id, created) == (retry.id, False)
 
 
 def test_the_memory_backends_run_copy_is_whole_and_its_own() -> None:

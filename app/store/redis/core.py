@@ -39,7 +39,7 @@ MAX_APPEND_TO = 10_000
 """Runs whose APPEND keys are kept (built from the run id per batch they cost ~2 µs)."""
 RUN_SCRIPTS = ("APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", "CLOSE_QUEUES",
                "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE", "COUNT_HIT",
-               "PUT_AGENT", "ADMIT", "ACCRUE", "CLAIM_WEBHOOKS")
+               "PUT_AGENT", "ADMIT", "ACCRUE", "CLAIM_WEBHOOKS", "TAKE_OVER_KEY")
 THREAD_SCRIPTS = ("SETTLE", "POST", "DELETE")
 
 

@@ -28,6 +28,10 @@ from app.store.redis.errors import guard, mapped
 from app.store.redis.lean_scripts import LeanScripts
 from app.store.redis.records import decode_record, encode_fields, encode_record, pairs
 
+ABANDONED_KEY_S = 30
+"""Age (s) past which an Idempotency-Key naming a run that was never written is taken over:
+a request's writes land or fail within the socket timeout (5 s) and one reconnect."""
+
 
 class RedisRuns(RedisCore):
     """See the module docstring."""
@@ -70,9 +74,16 @@ class RedisRuns(RedisCore):
         return record, True
 
     async def _idempotent(self, record: RunRecord, key: str, body_hash: str) -> RunRecord | None:
+        """None when this request is the key's first (it creates ``record``), else the run of
+        the request that was. The key is set before that run is written: a request that died
+        in between (its process killed, its store gone) left a key naming a run that never
+        came. Once the key is older than ``ABANDONED_KEY_S`` (every write of that request
+        has landed or failed by then) the request asking now takes it over and creates its
+        run; before, it is a 503 to retry."""
         name = keys.idempotency_key(record.tenant, key)
         value = f"{body_hash}|{record.id}"
-        if await self.client.set(name, value, nx=True, ex=int(self.run_ttl) + 86400):
+        lifetime = int(self.run_ttl) + 86400
+        if await self.client.set(name, value, nx=True, ex=lifetime):
             return None
         raw: Any = await self.client.get(name)
         seen = (raw or b"").decode()
@@ -84,7 +95,14 @@ class RedisRuns(RedisCore):
             if first is not None:
                 return first
             await asyncio.sleep(0.02)
-        raise BackendError(f"idempotency key {key}: run {run_id} missing")
+        young = (lifetime - ABANDONED_KEY_S) * 1000
+        taken = int(await self._run("TAKE_OVER_KEY", [name],
+                                    [seen, value, young, lifetime * 1000]))
+        if taken == 1:
+            return None
+        if taken == 0:  # another request took it over meanwhile: its run is the one
+            return await self._idempotent(record, key, body_hash)
+        raise BackendError(f"idempotency key {key}: run {run_id} is not written yet")
 
     @guard
     async def list_runs(self, tenant: str, *, status: str | None, metadata: dict[str, str],

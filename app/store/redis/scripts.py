@@ -322,6 +322,17 @@ if left < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); left = tonumber(ARGV[1
 return {hits, left}
 """
 
+# KEYS idempotency key; ARGV the value it must still hold, the new value, the most ms it may
+# have left to live (younger: its first request may still be writing), its new lifetime (ms).
+# Returns 1 when the key now holds the new value, 0 when it no longer held the old one, -1
+# when it is too young to be taken over.
+TAKE_OVER_KEY = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then return -1 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
+return 1
+"""
+
 # -- agents (app.store.redis.agents) -------------------------------------------------------------
 
 # KEYS index, versions; ARGV name, entry, create ('1': refuse an existing agent).
