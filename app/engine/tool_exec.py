@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.engine.failures import base_exception_text, stopping_for_real
+from app.engine.json_safe import json_safe
 from providers.messages import ImageContent, TextContent, ToolCall
 from tool_registry import ArgumentError, Menu, ToolContext, ToolResult
 from tool_registry.registry import AnyTool
@@ -107,7 +108,14 @@ def cap_content(content: list[TextContent | ImageContent],
 
 async def run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_timeout: float,
                    max_chars: int, invalid_args: str | None = None) -> ToolResult:
-    """Run one call as the design says: unknown, invalid or failing calls become errors."""
+    """Run one call as the design says: unknown, invalid or failing calls become errors;
+    whatever it returns, as JSON can carry it (``json_safe``)."""
+    return json_safe(await _run_tool(call, menu, ctx, default_timeout=default_timeout,
+                                     max_chars=max_chars, invalid_args=invalid_args))
+
+
+async def _run_tool(call: ToolCall, menu: Menu, ctx: ToolContext, *, default_timeout: float,
+                    max_chars: int, invalid_args: str | None) -> ToolResult:
     tool = menu.lookup(call.name)
     if tool is None:
         return ToolResult.text(f"Tool {call.name} not found", is_error=True)
