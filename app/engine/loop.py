@@ -39,7 +39,7 @@ from app.engine.events import (
     TurnStart,
 )
 from app.engine.history import call_ids_in, repair, unanswered_calls
-from app.engine.json_safe import safe_value
+from app.engine.json_safe import safe_text, safe_value
 from app.engine.loop_config import LoopConfig, LoopOutcome, outcome_of
 from app.engine.output import OutputCheck
 from app.engine.queues import MessageSource, QueuedMessage, QueueMode
@@ -392,7 +392,8 @@ class AgentLoop:
                                           source=where.source, server=where.server))
 
         def data(name: str, value: Any, id_: str | None, /) -> None:
-            self.emit(ToolData(name=name, data=safe_value(value), id=id_, tool_call_id=call.id))
+            self.emit(ToolData(name=name, data=safe_value(value), id=id_ and safe_text(id_),
+                               tool_call_id=call.id))
 
         cfg = self.cfg
         ctx = ToolContext(run_id=cfg.run_id, tool_call_id=call.id, tool_name=call.name,

@@ -29,7 +29,7 @@ class Found:
 def listing(ctx: ToolContext) -> ToolResult:
     """Reports like a file tool would, surrogates everywhere."""
     ctx.progress({"file": BAD, BAD: [BAD]})
-    ctx.emit_data("files", {"path": BAD})
+    ctx.emit_data("files", {"path": BAD}, id=BAD)
     return ToolResult(content=[TextContent(text=BAD)],
                       details={"names": [BAD], BAD: 1, (1, BAD): Found(BAD), "n": 2})
 
@@ -66,7 +66,8 @@ async def test_a_tools_unencodable_output_is_replaced_and_the_run_goes_on() -> N
     update = next(e for e in run.events if e.type == "tool_execution_update")
     assert update.partial_result == {"file": SHOWN, SHOWN: [SHOWN]}  # type: ignore[attr-defined]
     data = next(e for e in run.events if e.type == "data")
-    assert (data.name, data.data) == ("files", {"path": SHOWN})  # type: ignore[attr-defined]
+    assert (data.name, data.data, data.id) == (  # type: ignore[attr-defined]
+        "files", {"path": SHOWN}, SHOWN)
     # what the model was sent next carries the same replacement
     sent = [c.text for m in run.sent(1) if m.role == "tool_result" for c in m.content
             if isinstance(c, TextContent)]
