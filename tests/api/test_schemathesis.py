@@ -7,6 +7,7 @@ that lists the path's methods."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -42,6 +43,22 @@ auth."""
 VALID_BODIES = {("post", "/runs"): {"input": "What is 6 times 7?"}}
 
 
+FRAMING = frozenset({"transfer-encoding", "content-length", "connection", "host", "te",
+                     "trailer", "upgrade", "keep-alive", "proxy-connection"})
+"""Headers that frame the message, which the HTTP client sets: a generated one (a GET with
+``transfer-encoding: X)?Erg``) makes a message the server's HTTP parser refuses before any
+route sees it (uvicorn's own plain-text 400), so no operation's contract applies."""
+TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An RFC 9110 field name."""
+
+
+def is_http(case: schemathesis.Case) -> bool:
+    """Whether ``case`` is an HTTP message at all (its headers' names are field names, none
+    of them framing). Cases that are not are still sent, and held to no 5xx."""
+    return all(TOKEN.fullmatch(name) and name.lower() not in FRAMING
+               for name in (case.headers or {}))
+
+
 @pytest.fixture(scope="module")
 def live_url() -> Iterator[str]:
     provider = FakeProvider(script=[fake.text("fuzzed")], repeat=True, record=False)
@@ -71,7 +88,8 @@ def test_every_response_conforms_to_the_schema(served_schema: schemathesis.BaseS
     @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],
               suppress_health_check=list(HealthCheck), database=None)
     def conforms(case: schemathesis.Case) -> None:
-        statuses.append(case.call_and_validate(checks=CHECKS, timeout=30).status_code)
+        checks = CHECKS if is_http(case) else [sc.not_a_server_error]
+        statuses.append(case.call_and_validate(checks=checks, timeout=30).status_code)
 
     statuses: list[int] = []
     conforms()
