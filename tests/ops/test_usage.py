@@ -60,6 +60,20 @@ async def test_usage_by_model_day_and_agent_and_its_checks(ops: Api) -> None:
     assert 'agentloop_tokens_total{kind="cache_read",model="small",provider="fake"}' in metrics
 
 
+async def test_usage_lists_a_model_whose_name_holds_any_character(ops: Api) -> None:
+    """A model name (or an end user's subject) is the caller's string: one holding the Redis
+    usage field's separator made ``GET /usage`` a 500 for the tenant's whole day."""
+    ops.fake.script = [fake.text("a"), fake.text("b")]
+    for model in ("fake:odd\x1fname", "fake:plain"):
+        run = await ops.create(input="hi", model=model)
+        await ops.wait_status(run["id"], "completed")
+    await until_runs(ops, 2)
+    by_model = (await usage(ops, group_by="model"))["usage"]
+    assert sorted((r["key"], r["runs"]) for r in by_model) == [
+        ("fake:odd\x1fname", 1), ("fake:plain", 1)]
+    assert (await usage(ops, group_by="day"))["usage"][0]["runs"] == 2
+
+
 async def test_end_users_may_not_read_usage(ops: Api) -> None:
     resp = await ops.client.post("/client_tokens", json={"subject": "u1"})
     assert resp.status_code == 201, resp.text
