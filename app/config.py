@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     """A YAML or JSON file of agents (``{"agents": [...]}``) every tenant may run."""
     cors_origins: str = ""
     max_body_bytes: int = Field(default=MiB, ge=1)
+    max_queued_messages: int = Field(default=100, ge=1)
+    """Messages one run may hold waiting to be taken (its steers and follow-ups together; a
+    thread's run that has not started: its input). One more is refused with 409
+    ``queue_full`` and nothing is queued; the loop takes them, which makes room again."""
     run_ttl: int = Field(default=7 * 24 * 3600, ge=60)
     thread_ttl: int = Field(default=30 * 24 * 3600, ge=60)
     """Seconds an idle thread is kept after its last activity (a busy one never expires)."""

@@ -28,13 +28,13 @@ from app.api.attachment_checks import rules_for
 from app.api.auth import Principal
 from app.api.checks import user_message
 from app.api.errors import ApiError
-from app.api.pipeline import thread_not_found
+from app.api.pipeline import queue_full, thread_not_found
 from app.api.run_view import load_run
 from app.api.services import Services
 from app.engine.approvals import Decision, add_client_tools, decision_json
 from app.engine.events import ApprovalDecided
 from app.engine.queues import QueuedMessage, QueueKind
-from app.store.errors import DecisionRefused, RunEnded, RunNotFound
+from app.store.errors import DecisionRefused, QueueFull, RunEnded, RunNotFound
 from app.store.ids import is_thread_id, new_message_id
 from app.store.records import REQUIRES_ACTION, TERMINAL, Answer, RunRecord
 from app.store.thread_records import ThreadRecord
@@ -89,7 +89,8 @@ def run_ended(run_id: str) -> ApiError:
 async def enqueue(svc: Services, principal: Principal, run_id: str, kind: QueueKind,
                   content: str | list[dict[str, Any]]) -> tuple[str, int]:
     """Queue a steering or follow-up message: ``(message id, position)``. A steer wakes a
-    parked run (its picks are skipped); 409 ``run_ended`` once the run ends or is ending."""
+    parked run (its picks are skipped); 409 ``run_ended`` once the run ends or is ending,
+    ``queue_full`` while it holds ``max_queued_messages`` waiting."""
     record = await load_run(svc.backend, run_id, principal)
     if record.status in TERMINAL:
         raise run_ended(run_id)
@@ -97,9 +98,12 @@ async def enqueue(svc: Services, principal: Principal, run_id: str, kind: QueueK
     item = QueuedMessage(id=new_message_id(), message=message)
     with bind(run_id=run_id, tenant=principal.tenant):
         try:  # the store checks again, atomically with the push, its event and the wake
-            position = await svc.backend.enqueue(run_id, kind, item)
+            position = await svc.backend.enqueue(run_id, kind, item,
+                                                 limit=svc.settings.max_queued_messages)
         except RunEnded as exc:
             raise run_ended(run_id) from exc
+        except QueueFull as exc:
+            raise queue_full(exc) from exc
     metrics.QUEUE_DEPTH.labels(kind=kind).inc()
     return item.id, position
 

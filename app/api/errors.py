@@ -4,9 +4,9 @@
 
 Status codes: 400 malformed JSON, an unknown model/tool/toolset or an attachment the model cannot
 take, 401 no or bad credentials, 404 unknown run or route, 405 wrong method, 409 idempotency
-conflict / run ended / message taken, 413 body (or an attachment) too large, 415 not JSON, 422
-a body or query field of the wrong shape (a missing ``input`` included), 503 the backend is
-unreachable (with ``Retry-After``).
+conflict / run ended / queue full / message taken, 413 body (or an attachment) too large, 415
+not JSON, 422 a body or query field of the wrong shape (a missing ``input`` included), 503 the
+backend is unreachable (with ``Retry-After``).
 
 A door whose toolkit shows a refused request's body verbatim (the AI SDK's ``useChat`` puts it
 in ``error.message``) answers under its path prefix in **plain text** instead: the message as
@@ -32,6 +32,7 @@ from app.api.schemas import ErrorBody
 from app.store.errors import (
     BackendError,
     IdempotencyConflict,
+    QueueFull,
     QueueItemTaken,
     RunEnded,
     RunNotFound,
@@ -244,6 +245,8 @@ async def _backend_error(request: Request, exc: Exception) -> Response:
                               text=text)
     if isinstance(exc, RunEnded):
         return error_response(409, "run_ended", "the run has ended", text=text)
+    if isinstance(exc, QueueFull):
+        return error_response(409, "queue_full", str(exc), text=text)
     log.warning("backend error on %s %s: %s", request.method, request.url.path, exc)
     return error_response(503, "backend_unavailable", "the run store is unavailable; retry",
                           headers={"Retry-After": "1"}, text=text)

@@ -47,7 +47,7 @@ from app.api.options import RunOptions
 from app.api.services import Services
 from app.api.trace_context import incoming_traceparent
 from app.engine.events import RunCreated, json_bytes
-from app.store.errors import NotLastReply, ThreadNotFound
+from app.store.errors import NotLastReply, QueueFull, ThreadNotFound
 from app.store.ids import is_thread_id, new_message_id, new_run_id, new_thread_run_id
 from app.store.records import RunRecord
 from app.store.thread_records import DEFAULT_MULTITASK, PostOutcome, ThreadPost, ThreadRecord
@@ -252,6 +252,13 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
     return Submitted(run_id=record.id, record=record, created=created)
 
 
+def queue_full(exc: QueueFull) -> ApiError:
+    """409 ``queue_full``: the run holds its most waiting messages (every door's answer)."""
+    return ApiError(409, "queue_full", f"run {exc.run_id} already holds {exc.limit} messages "
+                    "waiting to be taken (AGENTLOOP_MAX_QUEUED_MESSAGES): nothing was queued; "
+                    "send it once the run has taken some")
+
+
 def thread_not_found(thread_id: str) -> ApiError:
     """404 for a missing thread (or another tenant's)."""
     return ApiError(404, "thread_not_found", f"no thread {thread_id}")
@@ -260,7 +267,7 @@ def thread_not_found(thread_id: str) -> ApiError:
 async def _post(svc: Services, request: RunRequest, thread_id: str, run: _Run) -> Submitted:
     if not is_thread_id(thread_id):
         raise thread_not_found(thread_id)
-    post = _thread_post(request, thread_id, run)
+    post = _thread_post(request, thread_id, run, svc.settings.max_queued_messages)
     admission = await quotas.admit(svc, request.principal, post.candidate.id)
     quotas.mark(post.candidate, admission)
     try:
@@ -294,9 +301,11 @@ async def _post_step(svc: Services, request: RunRequest, thread_id: str,
     except NotLastReply as exc:
         raise ApiError(409, "not_last_reply", f"run {request.replaces} is not the last reply "
                        f"of thread {thread_id}: only the last reply is regenerated") from exc
+    except QueueFull as exc:
+        raise queue_full(exc) from exc
 
 
-def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
+def _thread_post(request: RunRequest, thread_id: str, run: _Run, limit: int) -> ThreadPost:
     """The store's ``ThreadPost``: the prompts, and the run to create if one must start."""
     options, tenant = run.options, request.principal.tenant
     prompts = user_prompts(request.input, run.rules)
@@ -314,5 +323,5 @@ def _thread_post(request: RunRequest, thread_id: str, run: _Run) -> ThreadPost:
                       message_ids=[new_message_id() for _ in prompts],
                       idempotency_key=request.idempotency_key, request_hash=digest,
                       owner=request.principal.subject, create=request.new_thread,
-                      replaces=request.replaces)
+                      replaces=request.replaces, queue_limit=limit)
 

@@ -131,10 +131,12 @@ class EventLog(Protocol):
 class QueueStore(Protocol):
     """The steering and follow-up queues of a run."""
 
-    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
+    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage, *,
+                      limit: int | None = None) -> int:
         """Queue a message and write its ``message_queued`` event, in one atomic step; returns
         its 1-based position. A steer wakes the run if it is parked, in the same step.
-        ``RunEnded`` once the queues are closed or the run ended."""
+        ``RunEnded`` once the queues are closed or the run ended; ``QueueFull`` when both
+        queues together already hold ``limit`` messages (None: no limit)."""
         ...
 
     async def close_queues(self, run_id: str, attempt: int) -> bool:

@@ -8,7 +8,8 @@
     ├── QueueItemTaken        withdraw of a message the loop already took (HTTP: 409)
     ├── AgentExists           an agent of that name exists already (HTTP: 409)
     ├── NotLastReply          a regenerate names a run that is not its thread's last (409)
-    └── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
+    ├── RunEnded              the run has ended or is ending: no message, no event (HTTP: 409)
+    └── QueueFull             the run already holds its most waiting messages (HTTP: 409)
     DecisionRefused           an answer to a parked run that cannot be taken (HTTP: 409)
 """
 
@@ -51,6 +52,17 @@ class QueueItemTaken(BackendError):
 
 class RunEnded(BackendError):
     """The run has ended (terminal status) or its queues are closed because it is ending."""
+
+
+class QueueFull(BackendError):
+    """The run already holds ``limit`` messages waiting to be taken (its steering and
+    follow-up queues together, or the input of a thread's run that has not started):
+    nothing was queued."""
+
+    def __init__(self, run_id: str, limit: int) -> None:
+        super().__init__(f"run {run_id} already holds {limit} waiting messages")
+        self.run_id = run_id
+        self.limit = limit
 
 
 RefusalCode = Literal["not_waiting", "unknown_call", "already_decided"]

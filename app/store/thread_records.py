@@ -76,6 +76,10 @@ class ThreadPost:
     """Regenerate: this run, the thread's last, ended, is replaced by the candidate in the
     same step: its messages leave the history, it gets ``replaced_by`` (``NotLastReply``
     when it is not the last run; ``rejected`` while the thread is busy)."""
+    queue_limit: int | None = None
+    """The most messages a run may hold waiting: prompts that would take the active run's
+    queues (or the waiting run's input) past it raise ``QueueFull`` and nothing changes.
+    None: no limit."""
 
 
 @dataclass(slots=True, kw_only=True)

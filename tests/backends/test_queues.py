@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from app.store import Backend, EventBatch, QueueItemTaken, RunNotFound
-from app.store.errors import BackendError
+from app.store.errors import BackendError, QueueFull
 from app.worker.sink import BackendQueue, EventSink
 from tests.backends.helpers import created_and_claimed, msg
 
@@ -121,3 +121,35 @@ async def test_take_retried_after_a_lost_reply_strands_nothing(backend: Backend)
     assert [q.id for q in taken] == ["s1"]
     assert len(calls) == 2 and calls[0] == calls[1] and calls[0]
     assert [q.id for _, q in await backend.list_queue(rid)] == ["s2"]
+
+
+async def test_a_limit_counts_both_queues_and_taken_messages_free_room(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    assert await backend.enqueue(rid, "steer", msg("s1"), limit=3) == 1
+    assert await backend.enqueue(rid, "follow_up", msg("f1"), limit=3) == 1
+    assert await backend.enqueue(rid, "follow_up", msg("f2"), limit=3) == 2
+    for kind in ("steer", "follow_up"):
+        with pytest.raises(QueueFull) as refused:
+            await backend.enqueue(rid, kind, msg("x"), limit=3)  # type: ignore[arg-type]
+        assert (refused.value.run_id, refused.value.limit) == (rid, 3)
+    assert [q.id for _, q in await backend.list_queue(rid)] == ["s1", "f1", "f2"]
+    events = [e.type for e in await backend.read_events(rid, 0)]
+    assert events.count("message_queued") == 3  # a refused message writes no event
+    # a taken (in-flight) message no longer waits: room for one more
+    await backend.take(rid, "steer", "all", attempt=claim.attempt)
+    assert await backend.enqueue(rid, "steer", msg("s2"), limit=3) == 1
+    with pytest.raises(QueueFull):
+        await backend.enqueue(rid, "steer", msg("s3"), limit=3)
+    assert await backend.enqueue(rid, "steer", msg("s3")) == 2  # no limit given: none
+
+
+async def test_racing_enqueues_fill_the_limit_exactly(backend: Backend) -> None:
+    claim = await created_and_claimed(backend)
+    rid = claim.run_id
+    answers = await asyncio.gather(
+        *(backend.enqueue(rid, "follow_up", msg(f"m{i}"), limit=5) for i in range(20)),
+        return_exceptions=True)
+    assert sum(isinstance(a, int) for a in answers) == 5
+    assert all(isinstance(a, int | QueueFull) for a in answers), answers
+    assert len(await backend.list_queue(rid)) == 5

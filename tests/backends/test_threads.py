@@ -9,10 +9,11 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 
 from app.engine.events import AgentEnd, RunCreated, encode_event_body, json_bytes, utc_now
 from app.store import Backend
-from app.store.errors import NotLastReply
+from app.store.errors import NotLastReply, QueueFull
 from app.store.ids import new_thread_id, new_thread_run_id
 from app.store.records import EventBatch, RunRecord
 from app.store.thread_records import ThreadPost, ThreadRecord
@@ -154,6 +155,37 @@ async def test_policies_while_busy(backend: Backend) -> None:
     assert contents(prompts) == ["u:steer", "u:now", "u:later"]  # never lost, in order
     claim = await backend.claim("w", 1.0)
     assert claim is not None and claim.run_id == post.candidate.id
+
+
+def limited(post: ThreadPost, limit: int) -> ThreadPost:
+    post.queue_limit = limit
+    return post
+
+
+async def test_a_queue_limit_holds_for_the_active_and_the_waiting_run(backend: Backend) -> None:
+    thread_id = await new_thread(backend)
+    first = await backend.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    for text, multitask in (("u:a", "enqueue"), ("u:b", "steer")):
+        await backend.post_thread_run(thread_id, limited(make_post(thread_id, text, multitask), 2))
+    for multitask in ("enqueue", "steer"):
+        with pytest.raises(QueueFull) as refused:
+            await backend.post_thread_run(thread_id,
+                                          limited(make_post(thread_id, "u:x", multitask), 2))
+        assert (refused.value.run_id, refused.value.limit) == (first.run_id, 2)
+    assert [k for k, _ in await backend.list_queue(first.run_id)] == ["steer", "follow_up"]
+    post = limited(make_post(thread_id, "u:now", "interrupt"), 2)
+    await backend.post_thread_run(thread_id, post)  # the waiting run: its input holds u:now
+    later = await backend.post_thread_run(thread_id, limited(make_post(thread_id, "u:later"), 2))
+    assert later.run_id == post.candidate.id
+    with pytest.raises(QueueFull) as refused:
+        await backend.post_thread_run(thread_id, limited(make_post(thread_id, "u:x"), 2))
+    assert refused.value.run_id == post.candidate.id
+    await end_run(backend, first.run_id, "u:one", status="cancelled")
+    assert await backend.settle_thread(thread_id) == post.candidate.id
+    _, prompts = await backend.thread_run_inputs(post.candidate.id)
+    # what the first run left carries over (past the limit: nothing posted is lost); u:x
+    # is nowhere
+    assert contents(prompts) == ["u:b", "u:a", "u:now", "u:later"]
 
 
 async def test_idempotent_posts_and_tenants(backend: Backend) -> None:

@@ -216,7 +216,7 @@ def table_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, LiveServ
     """The package's server on each backend (no worker: ``Table.worker_on``)."""
     provider = CommandProvider()
     store = shared_store(request, request.param)
-    app = create_app(make_settings(), backend=store, worker=False,
+    app = create_app(make_settings(max_queued_messages=3), backend=store, worker=False,
                      resolve_provider=lambda spec: (provider, spec.split(":", 1)[-1]))
     with LiveServer(app) as server:
         yield request.param, server, provider, store

@@ -3,8 +3,9 @@
 Each change is also written to the run's event log (``message_queued`` / ``message_withdrawn``)
 so every subscriber sees it in order with the loop's own events, in the same atomic store step
 as the change itself. Once the run is ending (its loop closed the queues, finding them empty)
-or has ended, a new message is refused with 409 ``run_ended``: a 202 means the loop will take
-the message (unless the run is cancelled or fails first).
+or has ended, a new message is refused with 409 ``run_ended``, and while the run holds
+``max_queued_messages`` waiting with 409 ``queue_full``: a 202 means the loop will take the
+message (unless the run is cancelled or fails first).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
-from app.store.errors import QueueItemTaken, RunEnded, RunNotFound
+from app.store.errors import QueueFull, QueueItemTaken, RunEnded, RunNotFound
 from app.store.memory.core import KINDS, MemoryCore, RunState
 from app.store.records import TERMINAL, RunRecord, queue_event_body
 
@@ -11,9 +11,12 @@ from app.store.records import TERMINAL, RunRecord, queue_event_body
 class MemoryQueues(MemoryCore):
     """See ``app.store.contract.QueueStore``; one step each (no await inside)."""
 
-    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
+    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage, *,
+                      limit: int | None = None) -> int:
         """See ``QueueStore.enqueue`` (a steer wakes a parked run in the same step)."""
         record, state = self._open(run_id)
+        if limit is not None and sum(len(state.queues[k]) for k in KINDS) >= limit:
+            raise QueueFull(run_id, limit)
         queue = state.queues[kind]
         queue.append(item)
         body = queue_event_body(run_id, "message_queued", item.id, kind)

@@ -11,7 +11,7 @@ from typing import Any
 
 from app.engine.events import MessageQueued, RunCreated, json_bytes
 from app.engine.queues import QueuedMessage, QueueKind
-from app.store.errors import IdempotencyConflict, NotLastReply, ThreadNotFound
+from app.store.errors import IdempotencyConflict, NotLastReply, QueueFull, ThreadNotFound
 from app.store.ids import new_thread_run_id
 from app.store.memory.core import RunState, ThreadState, copy_run, copy_thread
 from app.store.memory.thread_reads import MemoryThreadReads
@@ -102,8 +102,12 @@ class MemoryThreads(MemoryThreadReads):
             return PostOutcome(action="rejected", run_id=rec.active_run, queued=False,
                                message_ids=[])
         action: Any = QUEUED_ACTION[post.multitask]
+        limit = post.queue_limit
         if rec.next_run:
-            thread.inputs.setdefault(rec.next_run, []).extend(post.prompts)
+            waiting = thread.inputs.setdefault(rec.next_run, [])
+            if limit is not None and len(waiting) + len(post.prompts) > limit:
+                raise QueueFull(rec.next_run, limit)
+            waiting.extend(post.prompts)
             return PostOutcome(action=action, run_id=rec.next_run, queued=True, message_ids=ids)
         if post.multitask == "interrupt":
             self._cancel_run(rec.active_run)
@@ -111,7 +115,10 @@ class MemoryThreads(MemoryThreadReads):
             rec.next_run = post.candidate.id
             return PostOutcome(action=action, run_id=rec.next_run, queued=False, message_ids=ids)
         kind: QueueKind = "steer" if post.multitask == "steer" else "follow_up"
-        queue = self._state[rec.active_run].queues[kind]
+        queues = self._state[rec.active_run].queues
+        if limit is not None and sum(map(len, queues.values())) + len(post.prompts) > limit:
+            raise QueueFull(rec.active_run, limit)
+        queue = queues[kind]
         for message_id, raw in zip(post.message_ids, post.prompts, strict=True):
             queue.append(QueuedMessage(id=message_id, message=_user(raw)))
             self._log(rec.active_run, MessageQueued(message_id=message_id, kind=kind))

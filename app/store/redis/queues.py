@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from app.engine.queues import QueuedMessage, QueueKind, QueueMode
-from app.store.errors import QueueItemTaken, RunNotFound
+from app.store.errors import QueueFull, QueueItemTaken, RunNotFound
 from app.store.records import EventBatch, parse_queue_entry, queue_entry, queue_event_body
 from app.store.redis import keys
 from app.store.redis.core import RedisCore
@@ -18,13 +20,22 @@ class RedisQueues(RedisCore):
     """See ``app.store.contract.QueueStore``."""
 
     @guard
-    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage) -> int:
-        """See ``QueueStore.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed;
-        a steer sets a parked run ``queued``, then it is dispatched)."""
+    async def enqueue(self, run_id: str, kind: QueueKind, item: QueuedMessage, *,
+                      limit: int | None = None) -> int:
+        """See ``QueueStore.enqueue``: one ENQUEUE script (RPUSH + XADD, refused once closed
+        or full; a steer sets a parked run ``queued``, then it is dispatched)."""
         body = queue_event_body(run_id, "message_queued", item.id, kind)
-        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id)]
-        position, woken = await self._run("ENQUEUE", run_keys, [
-            "", queue_entry(item), body, self._channel(run_id), f"e:{run_id}", kind])
+        other: QueueKind = "follow_up" if kind == "steer" else "steer"
+        run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id),
+                    keys.queue_key(run_id, other)]
+        try:
+            position, woken = await self._run("ENQUEUE", run_keys, [
+                "", queue_entry(item), body, self._channel(run_id), f"e:{run_id}", kind,
+                "" if limit is None else limit])
+        except ResponseError as exc:
+            if "FULL" in str(exc) and limit is not None:
+                raise QueueFull(run_id, limit) from exc
+            raise
         if woken:  # a steer woke the parked run
             await self._woken(run_id)
         return int(position)

@@ -144,11 +144,16 @@ redis.call('HSET', run, 'worker', 'null')
 return redis.call('HGET', run, 'job') or ''
 """
 
-# KEYS run, queue, events; ARGV '', entry, message_queued body, channel, note, kind.
+# KEYS run, queue, events, the other queue; ARGV '', entry, message_queued body, channel,
+# note, kind, limit ('' none: the most messages both queues may hold together).
 # Returns {position, 1 when a steer woke the parked run (the caller adds its job)}; ENDED once
-# the queues are closed or the run ended.
+# the queues are closed or the run ended; FULL when both queues hold ``limit`` already.
 ENQUEUE = _PRELUDE + """
 if closed() then return redis.error_reply('ENDED') end
+if ARGV[7] ~= '' and redis.call('LLEN', KEYS[2]) + redis.call('LLEN', KEYS[4])
+    >= tonumber(ARGV[7]) then
+  return redis.error_reply('FULL')
+end
 local position = redis.call('RPUSH', KEYS[2], ARGV[2])
 add_event(KEYS[3], 'message_queued', ARGV[3], ARGV[4], ARGV[5])
 if ARGV[6] == 'steer' and redis.call('HGET', run, 'status') == '"requires_action"' then

@@ -89,14 +89,17 @@ return {'ok', start}
 #      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
 #      then the prompts (JSON), their message ids, the C field pairs, then n thread fields
 #      and their pairs (n > 0: create the thread first if it does not exist), then the run
-#      C replaces ('' none: a regenerate; its keys are A's, as the thread must be idle).
-# Returns {status, outcome, the parked active run an interrupt or steer woke ('' none)}.
+#      C replaces ('' none: a regenerate; its keys are A's, as the thread must be idle), then
+#      the most messages a run may hold waiting ('' none).
+# Returns {status, outcome, the parked active run an interrupt or steer woke ('' none)};
+# status ``full`` (outcome: the run) when the prompts would take that run past the limit.
 POST = _PRELUDE + """
 local n, nf = tonumber(ARGV[13]), tonumber(ARGV[14])
 local pstart, istart, fstart = 15, 15 + n, 15 + 2 * n
 local tstart = fstart + 2 * nf
 local nt = tonumber(ARGV[tstart] or '0')
 local replaces = ARGV[tstart + 1 + nt * 2] or ''
+local limit = tonumber(ARGV[tstart + 2 + nt * 2] or '')
 if redis.call('EXISTS', T) == 0 and nt > 0 then
   local fields = {}
   for j = tstart + 1, tstart + nt * 2 do fields[#fields + 1] = ARGV[j] end
@@ -152,6 +155,7 @@ if active == '' then
 elseif policy == 'reject' then
   return {'busy', active, ''}
 elseif nxt ~= '' then
+  if limit and redis.call('LLEN', rk(1, 8)) + n > limit then return {'full', nxt, ''} end
   for j = pstart, pstart + n - 1 do redis.call('RPUSH', rk(1, 8), ARGV[j]) end
   outcome = names[policy] .. '|' .. nxt .. '|10|' .. ids
 elseif policy == 'interrupt' then
@@ -162,6 +166,9 @@ elseif policy == 'interrupt' then
   redis.call('HSET', T, 'next_run', ARGV[10])
   outcome = 'interrupted|' .. ARGV[10] .. '|00|' .. ids
 else
+  if limit and redis.call('LLEN', rk(0, 4)) + redis.call('LLEN', rk(0, 5)) + n > limit then
+    return {'full', active, ''}
+  end
   local kind, q = 'follow_up', rk(0, 5)
   if policy == 'steer' then kind, q = 'steer', rk(0, 4) end
   for j = 0, n - 1 do

@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from app.engine.events import RunCreated, utc_now
-from app.store.errors import BackendError, IdempotencyConflict, NotLastReply, ThreadNotFound
+from app.store.errors import (
+    BackendError,
+    IdempotencyConflict,
+    NotLastReply,
+    QueueFull,
+    ThreadNotFound,
+)
 from app.store.ids import new_thread_run_id, thread_of_run
 from app.store.records import RunRecord, first_event_body, now
 from app.store.redis import keys
@@ -91,6 +97,8 @@ class RedisThreads(RedisThreadReads):
                 raise ThreadNotFound(thread_id)
             if status == "not_last":
                 raise NotLastReply(payload)
+            if status == "full" and post.queue_limit is not None:
+                raise QueueFull(payload, post.queue_limit)
             if status == "ended":
                 await self.settle_thread(thread_id)
         raise BackendError(f"thread {thread_id} kept changing")
@@ -109,7 +117,7 @@ class RedisThreads(RedisThreadReads):
             int(self.thread_ttl), now(), self._notes(), record.id, cand.id, event,
             utc_now(), len(post.prompts), len(fields) // 2, *post.prompts, *post.message_ids,
             *fields, len(create), *(x for kv in create.items() for x in kv),
-            post.replaces or ""]
+            post.replaces or "", "" if post.queue_limit is None else post.queue_limit]
         first = active or post.replaces or ""  # a regenerate's thread is idle: its A keys
         status, payload, woken = await self._script("POST", [
             *keys.thread_keys(record.id), *role_keys(record.id, first),
