@@ -207,10 +207,20 @@ class RedisCore:
         await self._commands(("XACK", keys.JOBS_STREAM, keys.JOBS_GROUP, entry_id),
                              ("XDEL", keys.JOBS_STREAM, entry_id))
 
+    def _dispatch_keys(self) -> list[str]:
+        """What a run script that may set its run ``queued`` gets at the end of its KEYS: on
+        one node the job stream and the parked index, so the script adds the run's job in its
+        own step (``scripts._DISPATCH``); on a cluster nothing (they are in other slots: the
+        caller's ``_woken`` adds it after)."""
+        return [] if self._nodes is not None else [keys.JOBS_STREAM, keys.PARKED_INDEX]
+
     async def _woken(self, run_id: str) -> None:
         """The global half of waking a parked run (a script set it ``queued``): its job, and
-        it leaves the approval deadline index. A process dying in between leaves a queued run
-        without a job, as ``create_run`` can."""
+        it leaves the approval deadline index. On one node the script did both in its own
+        step (``_dispatch_keys``); on a cluster a process dying between the two leaves a
+        queued run without a job, as ``create_run`` can there."""
+        if self._nodes is None:
+            return
         await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
         await self.client.zrem(keys.PARKED_INDEX, run_id)
 

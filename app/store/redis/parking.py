@@ -1,8 +1,9 @@
 """``ParkingStore`` on Redis: one Lua script per step on the run's keys (``parked``,
 ``decisions`` beside the record: ``PARK``, ``DECIDE``, ``WAKE`` in ``scripts``), then the
-global commands a script may not touch (a job entry for a woken run, the ``al:parked``
-deadline index). A process dying between the two leaves a woken run without its job, as
-``create_run`` can; the scripts keep every per-run decision exactly-once."""
+global keys (a job entry for a woken run, the ``al:parked`` deadline index): on one node in
+the same script (``RedisCore._dispatch_keys``), on a cluster, where a script may not touch
+them, after it (a process dying between the two there leaves a woken run without its job, as
+``create_run`` can); the scripts keep every per-run decision exactly-once."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class RedisParking(RedisCore):
         """See ``ParkingStore.park``."""
         job, outcome = await self._run(
             "PARK", [keys.run_key(run_id), keys.parked_key(run_id), keys.decisions_key(run_id),
-                     keys.queue_key(run_id, "steer")],
+                     keys.queue_key(run_id, "steer"), *self._dispatch_keys()],
             [attempt, orjson.dumps(calls), "" if deadline is None else repr(deadline),
              repr(now()), orjson.dumps(carried or {}), self._channel(run_id), f"p:{run_id}"])
         if outcome == b"wake":
@@ -50,7 +51,8 @@ class RedisParking(RedisCore):
                      body]
         outcome, status, call_id = await self._run(
             "DECIDE", [keys.run_key(run_id), keys.parked_key(run_id),
-                       keys.decisions_key(run_id), keys.events_key(run_id)], args)
+                       keys.decisions_key(run_id), keys.events_key(run_id),
+                       *self._dispatch_keys()], args)
         code = outcome.decode()
         if code in ("not_waiting", "unknown_call", "already_decided"):
             refused = call_id.decode() or None
@@ -62,8 +64,8 @@ class RedisParking(RedisCore):
     @guard
     async def wake(self, run_id: str) -> bool:
         """See ``ParkingStore.wake``."""
-        woken = await self._run("WAKE", [keys.run_key(run_id), keys.parked_key(run_id)],
-                                ["", ""])
+        woken = await self._run("WAKE", [keys.run_key(run_id), keys.parked_key(run_id),
+                                         *self._dispatch_keys()], ["", ""])
         if woken:
             await self._woken(run_id)
         return bool(woken)
@@ -77,7 +79,8 @@ class RedisParking(RedisCore):
             run_id = raw.decode()
             try:
                 hit = await self._run(
-                    "WAKE", [keys.run_key(run_id), keys.parked_key(run_id)], ["", repr(at)])
+                    "WAKE", [keys.run_key(run_id), keys.parked_key(run_id),
+                             *self._dispatch_keys()], ["", repr(at)])
             except ResponseError as exc:  # the run expired from the store meanwhile
                 if "NOTFOUND" not in str(exc):
                     raise

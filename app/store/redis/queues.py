@@ -27,7 +27,7 @@ class RedisQueues(RedisCore):
         body = queue_event_body(run_id, "message_queued", item.id, kind)
         other: QueueKind = "follow_up" if kind == "steer" else "steer"
         run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id),
-                    keys.queue_key(run_id, other)]
+                    keys.queue_key(run_id, other), *self._dispatch_keys()]
         try:
             position, woken = await self._run("ENQUEUE", run_keys, [
                 "", queue_entry(item), body, self._channel(run_id), f"e:{run_id}", kind,

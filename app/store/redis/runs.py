@@ -217,7 +217,7 @@ class RedisRuns(RedisCore):
     async def request_cancel(self, run_id: str) -> None:
         """See ``CancelSignal.request_cancel``: a flag on the run plus a ``c:<run>`` note; a
         parked run is set ``queued`` in the same script, then dispatched."""
-        woken = await self._run("CANCEL", [keys.run_key(run_id)],
+        woken = await self._run("CANCEL", [keys.run_key(run_id), *self._dispatch_keys()],
                                 ["", self._channel(run_id), f"c:{run_id}"])
         if woken == b"woken":
             await self._woken(run_id)

@@ -7,6 +7,8 @@ compared as ``'"completed"'``. Queue entries are ``<id>\\t<json>``: scripts matc
 
 from __future__ import annotations
 
+from app.store.redis.keys import JOBS_STREAM
+
 _HELPERS = """
 local run = KEYS[1]
 local function id_of(v) return string.match(v, '^([^\\t]*)\\t') end
@@ -41,6 +43,26 @@ if ARGV[1] ~= '' and redis.call('HGET', run, 'attempt') ~= ARGV[1] then
 end
 """
 """The helpers, then the checks of every run script but APPEND: ``NOTFOUND``, ``FENCED``."""
+
+_DISPATCH = """
+-- On one node a script that may set its run ``queued`` gets the job stream and the parked
+-- index as its last two KEYS (``RedisCore._dispatch_keys``) and adds the run's job in the same
+-- step: a process dying after it leaves no queued run without a job. On a cluster (those keys
+-- live in other slots) the caller adds the job after the script (``RedisCore._woken``).
+local JOBS, PARKED = nil, nil
+if #KEYS > 2 and KEYS[#KEYS - 1] == '""" + JOBS_STREAM + """' then
+  JOBS, PARKED = KEYS[#KEYS - 1], KEYS[#KEYS]
+end
+local function set_queued(key)
+  redis.call('HSET', key, 'status', '"queued"')
+  if JOBS then
+    local id = string.match(key, '^al:{[^}]*}:(.+):run$') or string.match(key, '^al:{(.-)}:run$')
+    redis.call('XADD', JOBS, '*', 'run', id)
+    redis.call('ZREM', PARKED, id)
+  end
+end
+"""
+"""``set_queued``: a run queued, and on one node dispatched in the same step."""
 
 _PUBLISH = """
 local function publish(channel, note)
@@ -144,11 +166,12 @@ redis.call('HSET', run, 'worker', 'null')
 return redis.call('HGET', run, 'job') or ''
 """
 
-# KEYS run, queue, events, the other queue; ARGV '', entry, message_queued body, channel,
+# KEYS run, queue, events, the other queue (+ the dispatch keys on one node); ARGV '', entry,
+# message_queued body, channel,
 # note, kind, limit ('' none: the most messages both queues may hold together).
 # Returns {position, 1 when a steer woke the parked run (the caller adds its job)}; ENDED once
 # the queues are closed or the run ended; FULL when both queues hold ``limit`` already.
-ENQUEUE = _PRELUDE + """
+ENQUEUE = _PRELUDE + _DISPATCH + """
 if closed() then return redis.error_reply('ENDED') end
 if ARGV[7] ~= '' and redis.call('LLEN', KEYS[2]) + redis.call('LLEN', KEYS[4])
     >= tonumber(ARGV[7]) then
@@ -157,7 +180,7 @@ end
 local position = redis.call('RPUSH', KEYS[2], ARGV[2])
 add_event(KEYS[3], 'message_queued', ARGV[3], ARGV[4], ARGV[5])
 if ARGV[6] == 'steer' and redis.call('HGET', run, 'status') == '"requires_action"' then
-  redis.call('HSET', run, 'status', '"queued"')
+  set_queued(run)
   return {position, 1}
 end
 return {position, 0}
@@ -234,13 +257,13 @@ end
 return 1
 """
 
-# KEYS run; ARGV '', channel, note. 'woken': the run was parked and is queued now (the caller
-# adds its job).
-CANCEL = _PRELUDE + _PUBLISH + """
+# KEYS run (+ the dispatch keys on one node); ARGV '', channel, note. 'woken': the run was
+# parked and is queued now (on a cluster the caller adds its job).
+CANCEL = _PRELUDE + _DISPATCH + _PUBLISH + """
 redis.call('HSET', run, 'cancel', '1')
 publish(ARGV[2], ARGV[3])
 if redis.call('HGET', run, 'status') == '"requires_action"' then
-  redis.call('HSET', run, 'status', '"queued"')
+  set_queued(run)
   return 'woken'
 end
 return 'ok'
@@ -248,17 +271,17 @@ return 'ok'
 
 # -- parked runs (app.store.redis.parking) ----------------------------------------------------
 
-# KEYS run, parked, decisions, q steer; ARGV attempt, calls JSON, deadline ('' none), now,
-# carried answers JSON, channel, note (``p:<run>``: wakes the run's readers, whose streams end
-# at the park)
-PARK = _PRELUDE + _PUBLISH + """
+# KEYS run, parked, decisions, q steer (+ the dispatch keys); ARGV attempt, calls JSON,
+# deadline ('' none), now, carried answers JSON, channel, note (``p:<run>``: wakes the run's
+# readers, whose streams end at the park)
+PARK = _PRELUDE + _DISPATCH + _PUBLISH + """
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[2], 'calls', ARGV[2], 'deadline', ARGV[3], 'expired', '',
   'parked_at', ARGV[4], 'carried', ARGV[5])
 redis.call('HSET', run, 'worker', 'null')
 local job = redis.call('HGET', run, 'job') or ''
 if redis.call('LLEN', KEYS[4]) > 0 or redis.call('HGET', run, 'cancel') then
-  redis.call('HSET', run, 'status', '"queued"')
+  set_queued(run)
   return {job, 'wake'}
 end
 redis.call('HSET', run, 'status', '"requires_action"')
@@ -266,10 +289,10 @@ publish(ARGV[6], ARGV[7])
 return {job, 'parked'}
 """
 
-# KEYS run, parked, decisions, events; ARGV '', n, channel, note, then n × (call id, decision,
-# type, body). Every answer is checked before any is recorded (all or none); returns
-# {outcome, status before, the refused call id}.
-DECIDE = _PRELUDE + _PUBLISH + """
+# KEYS run, parked, decisions, events (+ the dispatch keys); ARGV '', n, channel, note, then
+# n × (call id, decision, type, body). Every answer is checked before any is recorded (all or
+# none); returns {outcome, status before, the refused call id}.
+DECIDE = _PRELUDE + _DISPATCH + _PUBLISH + """
 local status = redis.call('HGET', run, 'status')
 if status ~= '"requires_action"' then return {'not_waiting', status, ''} end
 local calls = cjson.decode(redis.call('HGET', KEYS[2], 'calls') or '[]')
@@ -300,21 +323,22 @@ local note = ARGV[4] .. ':' .. first .. ':' .. seq
 if size <= 65536 then note = note .. '\\n' .. table.concat(lines, '\\n') end
 publish(ARGV[3], note)
 if redis.call('HLEN', KEYS[3]) >= #calls then
-  redis.call('HSET', run, 'status', '"queued"')
+  set_queued(run)
   return {'woken', status, ''}
 end
 return {'recorded', status, ''}
 """
 
-# KEYS run, parked; ARGV '', expire-at ('' : wake now). Returns 1 when the run was woken.
-WAKE = _PRELUDE + """
+# KEYS run, parked (+ the dispatch keys); ARGV '', expire-at ('' : wake now). Returns 1 when
+# the run was woken.
+WAKE = _PRELUDE + _DISPATCH + """
 if redis.call('HGET', run, 'status') ~= '"requires_action"' then return 0 end
 if ARGV[2] ~= '' then
   local deadline = redis.call('HGET', KEYS[2], 'deadline')
   if not deadline or deadline == '' or tonumber(deadline) > tonumber(ARGV[2]) then return 0 end
   redis.call('HSET', KEYS[2], 'expired', '1')
 end
-redis.call('HSET', run, 'status', '"queued"')
+set_queued(run)
 return 1
 """
 

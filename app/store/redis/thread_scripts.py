@@ -11,6 +11,8 @@ Hash values of runs are JSON (a status compares as ``'"completed"'``); queue ent
 
 from __future__ import annotations
 
+from app.store.redis.keys import JOBS_STREAM
+
 _PRELUDE = """
 local T, MSGS, RUNS = KEYS[1], KEYS[2], KEYS[3]
 local function rk(role, i) return KEYS[3 + role * 8 + i] end
@@ -25,6 +27,28 @@ local function notify(channel, id, note)
   local ch = 'al:{' .. THREAD .. '}:notes'
   if id ~= THREAD then ch = 'al:{' .. THREAD .. '}:' .. id .. ':notes' end
   redis.call('SPUBLISH', ch, note)
+end
+-- On one node KEYS ends with the job stream, the parked index and the tenant's run index
+-- (``RedisThreads._dispatch``): a run this script starts or wakes gets its job (a started one
+-- its place in the index too) in the same step. On a cluster (those keys live in other slots)
+-- the caller adds them after the script.
+local JOBS, PARKED, TENANT_RUNS = nil, nil, nil
+if #KEYS > 3 and KEYS[#KEYS - 2] == '""" + JOBS_STREAM + """' then
+  JOBS, PARKED, TENANT_RUNS = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+end
+local function set_queued(role, id)
+  redis.call('HSET', rk(role, 1), 'status', '"queued"')
+  if JOBS then
+    redis.call('XADD', JOBS, '*', 'run', id)
+    redis.call('ZREM', PARKED, id)
+  end
+end
+-- a new run enters the tenant's index; with ``job``, it is dispatched too
+local function index_new(role, id, job)
+  if JOBS then
+    redis.call('ZADD', TENANT_RUNS, redis.call('HGET', rk(role, 1), 'created_at'), id)
+    if job then redis.call('XADD', JOBS, '*', 'run', id) end
+  end
 end
 local function body_of(v) return string.match(v, '^[^\\t]*\\t(.*)$') end
 local function check(expect_active, expect_next)
@@ -52,6 +76,7 @@ end
 """
 
 # KEYS thread, msgs, runs, A(8) ended run, N(8) waiting run, S(8) successor
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
 # ARGV expected active, expected next, S id, now, ttl, channel, thread id, S run_created
 #      data, n S fields, S field pairs
 SETTLE = _PRELUDE + """
@@ -73,10 +98,12 @@ local start = ''
 if nxt ~= '' then
   for j = #left, 1, -1 do redis.call('LPUSH', rk(1, 8), left[j]) end
   start = nxt
+  index_new(1, start, true)
 elseif #left > 0 and status then
   start = ARGV[3]
   create_run(2, start, ARGV[8], 10, tonumber(ARGV[9]), 1, 0)
   for _, m in ipairs(left) do redis.call('RPUSH', rk(2, 8), m) end
+  index_new(2, start, true)
 end
 redis.call('HSET', T, 'active_run', start, 'next_run', '', 'updated_at', ARGV[4])
 keep(ARGV[5])
@@ -85,6 +112,7 @@ return {'ok', start}
 """
 
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run, C(8) candidate, idem key
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
 # ARGV expected active, expected next, tenant, policy, idem hash ('' none), ttl, now,
 #      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
 #      then the prompts (JSON), their message ids, the C field pairs, then n thread fields
@@ -124,7 +152,7 @@ local woken = ''
 -- whatever stops or redirects the active run wakes it if it is parked (the caller adds its job)
 local function wake_active()
   if redis.call('HGET', rk(0, 1), 'status') == '"requires_action"' then
-    redis.call('HSET', rk(0, 1), 'status', '"queued"')
+    set_queued(0, active)
     woken = active
   end
 end
@@ -150,6 +178,7 @@ if active == '' then
     redis.call('HSET', rk(0, 1), 'replaced_by', '"' .. ARGV[10] .. '"')
   end
   start_candidate()
+  index_new(2, ARGV[10], true)
   redis.call('HSET', T, 'active_run', ARGV[10])
   outcome = 'started|' .. ARGV[10] .. '|00|' .. ids
 elseif policy == 'reject' then
@@ -163,6 +192,7 @@ elseif policy == 'interrupt' then
   notify(ARGV[8], active, 'c:' .. active)
   wake_active()
   start_candidate()
+  index_new(2, ARGV[10], false)
   redis.call('HSET', T, 'next_run', ARGV[10])
   outcome = 'interrupted|' .. ARGV[10] .. '|00|' .. ids
 else
@@ -192,6 +222,7 @@ return {'ok', outcome, woken}
 """
 
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
 # ARGV expected active, expected next, channel, thread id, run ttl, now
 # Returns {status, the parked active run it woke to end ('' none)}.
 DELETE = _PRELUDE + """
@@ -202,7 +233,7 @@ if ARGV[1] ~= '' and redis.call('EXISTS', rk(0, 1)) == 1 then
   redis.call('HSET', rk(0, 1), 'cancel', '1')
   notify(ARGV[3], ARGV[1], 'c:' .. ARGV[1])
   if redis.call('HGET', rk(0, 1), 'status') == '"requires_action"' then
-    redis.call('HSET', rk(0, 1), 'status', '"queued"')
+    set_queued(0, ARGV[1])
     woken = ARGV[1]
   end
 end

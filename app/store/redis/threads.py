@@ -3,8 +3,11 @@
 Each change is one script of ``redis_thread_scripts`` on the thread's slot. The scripts take
 the ids of the thread's active and waiting runs as expected values (every key they touch is
 named in ``KEYS``, as Redis Cluster wants), so a call reads the thread first, then runs the
-script, and reads again if the thread changed in between (``stale``). Global keys (the job
-stream, the tenant's thread index) are written after the script, as ``create_run`` does.
+script, and reads again if the thread changed in between (``stale``). The global keys of a run
+a script starts or wakes (its job, the tenant's run index, the parked index) are written by
+the script itself on one node (``_dispatch``), so a process dying after it strands no run; on
+a cluster, where they live in other slots, after it, as ``create_run`` does there. The
+tenant's thread index is written after the script in both.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ class RedisThreads(RedisThreadReads):
     async def _script(self, name: str, keys_: list[str], args: list[Any]) -> Any:
         return await self._run(name, keys_, args)
 
+    def _dispatch(self, tenant: str) -> list[str]:
+        """The keys a thread script ends KEYS with on one node, so a run it starts or wakes
+        is dispatched (and a new one indexed) in its own step (``thread_scripts._PRELUDE``);
+        on a cluster none: the caller writes them after the script."""
+        if self._nodes is not None:
+            return []
+        return [keys.JOBS_STREAM, keys.PARKED_INDEX, keys.tenant_runs_key(tenant)]
+
     @guard
     async def delete_thread(self, thread_id: str) -> None:
         """See ``ThreadStore.delete_thread``."""
@@ -54,7 +65,7 @@ class RedisThreads(RedisThreadReads):
             active, waiting = record.active_run or "", record.next_run or ""
             answer, woken = await self._script("DELETE", [
                 *keys.thread_keys(thread_id), *role_keys(thread_id, active),
-                *role_keys(thread_id, waiting)],
+                *role_keys(thread_id, waiting), *self._dispatch(record.tenant)],
                 [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
             if answer != b"stale":
                 if woken:  # its parked active run, woken to end cancelled
@@ -121,17 +132,19 @@ class RedisThreads(RedisThreadReads):
         first = active or post.replaces or ""  # a regenerate's thread is idle: its A keys
         status, payload, woken = await self._script("POST", [
             *keys.thread_keys(record.id), *role_keys(record.id, first),
-            *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem], args)
+            *role_keys(record.id, waiting), *keys.thread_run_keys(cand.id), idem,
+            *self._dispatch(record.tenant)], args)
         return status.decode(), payload.decode(), woken.decode()
 
     async def _after_post(self, record: ThreadRecord, post: ThreadPost, outcome: PostOutcome,
                           *, created: bool) -> None:
-        """The global keys: a created thread's place in the tenant's index; a new run's, and
-        its job once it may run."""
+        """The global keys: a created thread's place in the tenant's index; on a cluster a new
+        run's, and its job once it may run (one node: the script wrote those)."""
         if created:
             await self.client.zadd(keys.tenant_threads_key(record.tenant),
                                    {record.id: record.created_at})
-        if outcome.action not in ("started", "interrupted") or outcome.queued:
+        if outcome.action not in ("started", "interrupted") or outcome.queued or \
+                self._nodes is None:
             return
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.zadd(keys.tenant_runs_key(record.tenant),
@@ -153,7 +166,7 @@ class RedisThreads(RedisThreadReads):
                 return None
             status, started = await self._settle_once(record, ended)
             if status == "ok":
-                if started:
+                if started and self._nodes is not None:  # one node: the script did
                     await self._dispatch_thread_run(record.tenant, started)
                 return started or None
             if status != "stale":
@@ -172,7 +185,8 @@ class RedisThreads(RedisThreadReads):
             event = first_event_body(next_id, RunCreated(model=ended.model))[1]
         status, started = await self._script("SETTLE", [
             *keys.thread_keys(record.id), *role_keys(record.id, active),
-            *role_keys(record.id, waiting), *keys.thread_run_keys(next_id)],
+            *role_keys(record.id, waiting), *keys.thread_run_keys(next_id),
+            *self._dispatch(record.tenant)],
             [active, waiting, next_id, now(), int(self.thread_ttl), self._notes(),
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()

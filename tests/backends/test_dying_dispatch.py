@@ -1,0 +1,165 @@
+"""A process that dies right after a store step that starts or wakes a run leaves that run
+dispatched (one Redis node): the step's script adds the run's job itself, so no queued run is
+left without one for a worker to find. Each path that sets a run ``queued`` after its creation
+is cut right after its script (nothing the process would have done next happens), then
+another backend instance, as another process would, claims the run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from app.engine.events import ApprovalDecided
+from app.store import make_backend
+from app.store.records import Answer, RunRecord
+from app.store.redis.backend import RedisBackend
+from tests.backends.helpers import msg
+from tests.backends.test_threads import end_run, make_post, new_thread
+
+CALLS = [{"tool_call_id": "c1", "tool_name": "t", "args": {}, "kind": "approval", "index": 0}]
+
+
+class Died(BaseException):
+    """The process is gone: nothing after the script runs (no handler catches this)."""
+
+
+@pytest.fixture
+async def two(redis_url: str) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
+    """The process that dies and the one that lives on, on one Redis node."""
+    made = [make_backend(redis_url, lease=1.0, run_ttl=3600) for _ in range(2)]
+    for b in made:
+        await b.start()
+    try:
+        yield made[0], made[1]  # type: ignore[return-value]
+    finally:
+        for b in made:
+            await b.close()
+
+
+async def dies_after(backend: RedisBackend, script: str, step: Awaitable[Any]) -> None:
+    """Run ``step``; the process dies as the script ``script`` returns."""
+    pipeline: Any = backend._pipeline
+    original = pipeline.call
+    target = backend._s[script]
+
+    async def call(s: object, keys_: list[str], args: list[object]) -> object:
+        reply = await original(s, keys_, args)
+        if s is target:
+            raise Died(script)
+        return reply
+
+    pipeline.call = call
+    try:
+        with pytest.raises(Died):
+            await step
+    finally:
+        pipeline.call = original
+
+
+async def listed(backend: RedisBackend) -> list[str]:
+    """The tenant's runs as ``GET /runs`` lists them."""
+    page = await backend.list_runs("t", status=None, metadata={}, limit=100, cursor=None)
+    return [r.id for r in page.runs]
+
+
+async def claimed_by_the_other(other: RedisBackend, run_id: str) -> None:
+    claim = await other.claim("survivor", timeout=5.0)
+    assert claim is not None and claim.run_id == run_id, claim
+
+
+async def parked(backend: RedisBackend) -> str:
+    record = RunRecord(id=f"run_d{time.time_ns()}", tenant="t", created_at=time.time())
+    await backend.create_run(record)
+    claim = await backend.claim("w", 5.0)
+    assert claim is not None
+    assert await backend.park(claim.run_id, claim.attempt, CALLS, time.time() + 0.5)
+    return claim.run_id
+
+
+async def parked_thread(backend: RedisBackend) -> tuple[str, str]:
+    thread_id = await new_thread(backend)
+    first = await backend.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    claim = await backend.claim("w", 5.0)
+    assert claim is not None and claim.run_id == first.run_id
+    assert await backend.park(claim.run_id, claim.attempt, CALLS, None)
+    return thread_id, first.run_id
+
+
+WAKES: dict[str, tuple[str, Callable[[RedisBackend, str], Awaitable[Any]]]] = {
+    "steer": ("ENQUEUE", lambda b, r: b.enqueue(r, "steer", msg("s1"))),
+    "cancel": ("CANCEL", lambda b, r: b.request_cancel(r)),
+    "answer": ("DECIDE", lambda b, r: b.decide(r, [Answer(
+        "c1", {"kind": "approve"}, ApprovalDecided(tool_call_id="c1", decision="approve"))])),
+    "wake": ("WAKE", lambda b, r: b.wake(r)),
+    "approval timeout": ("WAKE", lambda b, r: b.expire_due(time.time() + 1)),
+}
+
+
+@pytest.mark.parametrize("path", list(WAKES))
+async def test_a_woken_run_is_dispatched_in_the_waking_step(
+        two: tuple[RedisBackend, RedisBackend], path: str) -> None:
+    dying, other = two
+    run_id = await parked(dying)
+    script, step = WAKES[path]
+    await dies_after(dying, script, step(dying, run_id))
+    assert (await other.get_run(run_id)).status == "queued"  # type: ignore[union-attr]
+    await claimed_by_the_other(other, run_id)
+    assert not await other.expire_due(time.time() + 1)  # it left the deadline index too
+
+
+async def test_a_thread_post_that_starts_a_run_dispatches_and_lists_it(
+        two: tuple[RedisBackend, RedisBackend]) -> None:
+    dying, other = two
+    thread_id = await new_thread(dying)
+    post = make_post(thread_id, "u:one")
+    await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
+    await claimed_by_the_other(other, post.candidate.id)
+    assert post.candidate.id in await listed(other)
+
+
+@pytest.mark.parametrize("multitask", ["steer", "interrupt"])
+async def test_a_thread_post_that_wakes_its_parked_run_dispatches_it(
+        two: tuple[RedisBackend, RedisBackend], multitask: str) -> None:
+    dying, other = two
+    thread_id, run_id = await parked_thread(dying)
+    post = make_post(thread_id, "u:now", multitask)
+    await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
+    await claimed_by_the_other(other, run_id)
+    if multitask == "interrupt":  # the run that follows is listed, and waits its turn
+        assert post.candidate.id in await listed(other)
+        assert await other.claim("survivor", timeout=0.2) is None
+
+
+async def test_deleting_a_thread_dispatches_its_parked_run_to_end(
+        two: tuple[RedisBackend, RedisBackend]) -> None:
+    dying, other = two
+    thread_id, run_id = await parked_thread(dying)
+    await dies_after(dying, "DELETE", dying.delete_thread(thread_id))
+    await claimed_by_the_other(other, run_id)
+
+
+@pytest.mark.parametrize("waiting", ["interrupt", "left follow-up"])
+async def test_settling_a_thread_dispatches_the_run_that_follows(
+        two: tuple[RedisBackend, RedisBackend], waiting: str) -> None:
+    dying, other = two
+    thread_id = await new_thread(dying)
+    first = await dying.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    claim = await dying.claim("w", 5.0)
+    assert claim is not None and claim.run_id == first.run_id
+    if waiting == "interrupt":
+        post = make_post(thread_id, "u:now", "interrupt")
+        await dying.post_thread_run(thread_id, post)
+        follows: str | None = post.candidate.id
+    else:  # a follow-up the run never took: a run of its own follows
+        await dying.post_thread_run(thread_id, make_post(thread_id, "u:later"))
+        follows = None
+    await end_run(dying, first.run_id, "u:one", status="cancelled")
+    await dies_after(dying, "SETTLE", dying.settle_thread(thread_id))
+    thread = await other.get_thread(thread_id)
+    assert thread is not None and thread.active_run is not None
+    assert follows is None or thread.active_run == follows
+    await claimed_by_the_other(other, thread.active_run)
+    assert thread.active_run in await listed(other)
