@@ -117,3 +117,28 @@ async def test_a_claim_sets_the_liveness_key_unless_it_was_set_within_a_quarter_
     assert await backend.claim("w1", timeout=1.0) is not None
     assert await client.exists(key)
     assert 0 < await client.pttl(key) <= LEASE * 1000
+
+
+async def test_a_second_job_entry_never_steals_a_run(backend: Backend) -> None:
+    """A run held by a worker, or ended, is not claimed through another entry of its own (a
+    retried dispatch or the stranded-run sweep can leave one): the entry is dropped, the
+    attempt stays; a takeover of a lapsed holder goes through the holder's own entry."""
+    if isinstance(backend, MemoryBackend):
+        pytest.skip("one process: no second entry can exist")
+    claim = await created_and_claimed(backend)
+    add_job: Any = backend._add_job  # type: ignore[attr-defined]
+    await add_job(claim.run_id)
+    await backend.heartbeat("w1")
+    assert await backend.claim("w2", timeout=0.3) is None
+    held = await backend.get_run(claim.run_id)
+    assert held is not None and (held.attempt, held.worker) == (1, "w1")
+    client: Any = backend.client  # type: ignore[attr-defined]
+    assert await client.xlen(keys.JOBS_STREAM) == 1  # the duplicate is gone; its own stays
+    taken = await backend.claim("w2", timeout=LEASE * 3)  # w1 lapses: its entry moves over
+    assert taken is not None and taken.attempt == 2
+    await backend.update_run(claim.run_id, 2, status="completed")
+    await backend.finish(claim.run_id, 2)
+    await add_job(claim.run_id)  # an ended run's duplicate entry
+    assert await backend.claim("w3", timeout=0.3) is None
+    ended = await backend.get_run(claim.run_id)
+    assert ended is not None and ended.attempt == 2

@@ -135,11 +135,18 @@ return 1
 # KEYS run, q steer, q follow_up, inflight steer, inflight follow_up, taken
 # ARGV '', worker (JSON), job entry id. Returns {the new attempt, the run hash as HGETALL
 # gives it} (the worker's first read, in the same step), 0 if the run is parked (a stale job
-# entry of a run that parked). An ended run is claimed too: its job is still there only when
-# its worker was lost between its end and the job's ack, and the steps after the end (its
-# quota slot, usage, webhook: each idempotent) are then the next worker's to take again.
+# entry of a run that parked) or the entry is a second one of a run held by a worker or ended
+# (its worker took it through another entry, and its own entry is the one a takeover
+# claims: a duplicate, which the stranded-run sweep or a retried dispatch can leave, never
+# steals a run). An ended run is claimed through its own entry: that is still there only
+# when its worker was lost between its end and the job's ack, and the steps after the end
+# (its quota slot, usage, webhook: each idempotent) are then the next worker's to take again.
 CLAIM = _PRELUDE + """
-if redis.call('HGET', run, 'status') == '"requires_action"' then return 0 end
+local f = redis.call('HMGET', run, 'status', 'job', 'worker')
+if f[1] == '"requires_action"' then return 0 end
+if f[2] and f[2] ~= ARGV[3] and ((f[3] and f[3] ~= 'null') or is_ended(f[1])) then
+  return 0
+end
 local attempt = redis.call('HINCRBY', run, 'attempt', 1)
 redis.call('HSET', run, 'worker', ARGV[2], 'job', ARGV[3])
 for k = 0, 1 do
