@@ -223,6 +223,13 @@ class Dispatch(Protocol):
         """Hand a running run back (graceful shutdown) so another worker resumes it."""
         ...
 
+    async def redispatch_stranded(self) -> list[str]:
+        """Dispatch the runs a process left ``queued`` without a job (it died between the
+        step that queued the run and the job's write, where those are two writes: a Redis
+        Cluster); their ids. Every worker calls it now and then; a run dispatched twice is
+        claimed once."""
+        ...
+
 
 class ParkingStore(Protocol):
     """Parked runs (see the module docstring)."""

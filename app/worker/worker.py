@@ -39,6 +39,7 @@ from app.store.errors import BackendError
 from app.store.records import Claim
 from app.worker.expiry import wake_expired
 from app.worker.runner import RunnerDeps, hand_back_unstarted, run_claim
+from app.worker.stranded import redispatch_stranded
 from tool_registry import Registry, default_registry
 
 log = logging.getLogger(__name__)
@@ -77,12 +78,14 @@ class Worker:
         beat = asyncio.create_task(self._heartbeats(stop))
         shutdown = asyncio.create_task(self._shutdown_on(stop))
         expiry = asyncio.create_task(wake_expired(self.backend, stop))
+        sweep = asyncio.create_task(redispatch_stranded(self.backend, stop))
         try:
             await self._claim_loop(stop)
         finally:
             stop.set()
             await shutdown
             await expiry
+            await sweep
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat

@@ -1,8 +1,9 @@
 """A process that dies right after a store step that starts or wakes a run leaves that run
-dispatched (one Redis node): the step's script adds the run's job itself, so no queued run is
-left without one for a worker to find. Each path that sets a run ``queued`` after its creation
-is cut right after its script (nothing the process would have done next happens), then
-another backend instance, as another process would, claims the run."""
+dispatched. On one Redis node the step's script adds the run's job itself; on a Redis Cluster,
+where the job lives in another slot, the run was marked before the step and the stranded-run
+sweep (``redispatch_stranded``) dispatches it. Each path that sets a run ``queued`` is cut
+right after its script (nothing the process would have done next happens), then another
+backend instance, as another process would, sweeps and claims the run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from app.engine.events import ApprovalDecided
 from app.store import make_backend
 from app.store.records import Answer, RunRecord
+from app.store.redis import dispatch, keys
 from app.store.redis.backend import RedisBackend
 from tests.backends.helpers import msg
 from tests.backends.test_threads import end_run, make_post, new_thread
@@ -26,17 +28,26 @@ class Died(BaseException):
     """The process is gone: nothing after the script runs (no handler catches this)."""
 
 
-@pytest.fixture
-async def two(redis_url: str) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
-    """The process that dies and the one that lives on, on one Redis node."""
-    made = [make_backend(redis_url, lease=1.0, run_ttl=3600) for _ in range(2)]
+@pytest.fixture(params=["redis", "cluster"])
+async def two(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+              ) -> AsyncIterator[tuple[RedisBackend, RedisBackend]]:
+    """The process that dies and the one that lives on (its sweep takes any mark as old)."""
+    cluster = request.param == "cluster"
+    url = request.getfixturevalue("cluster_url" if cluster else "redis_url")
+    made = [make_backend(url, lease=1.0, run_ttl=3600, **({"cluster": True} if cluster else {}))
+            for _ in range(2)]
     for b in made:
         await b.start()
+    monkeypatch.setattr(dispatch, "STRANDED_AFTER_S", 0.0)
     try:
         yield made[0], made[1]  # type: ignore[return-value]
     finally:
         for b in made:
             await b.close()
+
+
+def on_cluster(backend: RedisBackend) -> bool:
+    return backend._nodes is not None
 
 
 async def dies_after(backend: RedisBackend, script: str, step: Awaitable[Any]) -> None:
@@ -66,8 +77,21 @@ async def listed(backend: RedisBackend) -> list[str]:
 
 
 async def claimed_by_the_other(other: RedisBackend, run_id: str) -> None:
+    """One node: the job is there. A cluster: no worker finds the run until the sweep
+    dispatches it, once; then it is claimed."""
+    if on_cluster(other):
+        assert await other.claim("survivor", timeout=0.3) is None
+        assert await other.redispatch_stranded() == [run_id]
+    else:
+        assert await other.redispatch_stranded() == []
     claim = await other.claim("survivor", timeout=5.0)
     assert claim is not None and claim.run_id == run_id, claim
+    assert await other.redispatch_stranded() == []
+    assert await marks(other) == 0
+
+
+async def marks(backend: RedisBackend) -> int:
+    return int(await backend.client.zcard(keys.DISPATCH_MARKS))
 
 
 async def parked(backend: RedisBackend) -> str:
@@ -128,8 +152,13 @@ async def test_a_thread_post_that_wakes_its_parked_run_dispatches_it(
     post = make_post(thread_id, "u:now", multitask)
     await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
     await claimed_by_the_other(other, run_id)
-    if multitask == "interrupt":  # the run that follows is listed, and waits its turn
-        assert post.candidate.id in await listed(other)
+    if multitask == "interrupt":  # the run that follows waits its turn
+        if not on_cluster(other):  # listed at once (a cluster's: once it starts)
+            assert post.candidate.id in await listed(other)
+        if on_cluster(other):  # even a mark of it left behind: the sweep leaves it waiting
+            await dying._mark(post.candidate.id)
+            assert await other.redispatch_stranded() == []
+            assert await marks(other) == 0
         assert await other.claim("survivor", timeout=0.2) is None
 
 
@@ -163,3 +192,59 @@ async def test_settling_a_thread_dispatches_the_run_that_follows(
     assert follows is None or thread.active_run == follows
     await claimed_by_the_other(other, thread.active_run)
     assert thread.active_run in await listed(other)
+
+
+async def test_a_new_run_whose_job_was_never_written_is_swept(
+        two: tuple[RedisBackend, RedisBackend]) -> None:
+    dying, other = two
+    if not on_cluster(dying):
+        pytest.skip("one node: a run and its job go out in one round trip")
+    record = RunRecord(id=f"run_n{time.time_ns()}", tenant="t", created_at=time.time())
+
+    async def died(*_: object, **__: object) -> None:
+        raise Died("after the run's record, before its job")
+
+    dying._woken = died  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        await dying.create_run(record)
+    await claimed_by_the_other(other, record.id)
+
+
+async def test_steps_that_live_leave_no_mark_and_the_sweep_leaves_live_runs_alone(
+        two: tuple[RedisBackend, RedisBackend]) -> None:
+    dying, other = two
+    run_id = await parked(dying)
+    await dying.enqueue(run_id, "steer", msg("s1"))  # wakes it: dispatched, nothing marked
+    await dying.create_run(RunRecord(id=f"run_q{time.time_ns()}", tenant="t",
+                                     created_at=time.time()))
+    thread_id = await new_thread(dying)
+    await dying.post_thread_run(thread_id, make_post(thread_id, "u:one"))
+    assert await marks(dying) == 0
+    assert await other.redispatch_stranded() == []
+    claimed = {c.run_id for c in await other.claim_many("survivor", 5.0, 10)}
+    while len(claimed) < 3:
+        more = await other.claim_many("survivor", 1.0, 10)
+        assert more, claimed
+        claimed |= {c.run_id for c in more}
+    assert len(claimed) == 3 and run_id in claimed
+
+
+async def test_a_workers_sweep_loop_dispatches_it(two: tuple[RedisBackend, RedisBackend]
+                                                  ) -> None:
+    """What every worker runs (``app.worker.stranded``), on the stranded run of a thread."""
+    import asyncio
+
+    from app.worker.stranded import redispatch_stranded
+
+    dying, other = two
+    thread_id = await new_thread(dying)
+    post = make_post(thread_id, "u:one")
+    await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
+    stop = asyncio.Event()
+    sweeping = asyncio.create_task(redispatch_stranded(other, stop, every=0.05))
+    try:
+        claim = await other.claim("survivor", timeout=10.0)
+    finally:
+        stop.set()
+        await sweeping
+    assert claim is not None and claim.run_id == post.candidate.id

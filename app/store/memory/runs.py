@@ -220,6 +220,10 @@ class MemoryRuns(MemoryCore):
         self._jobs.appendleft(run_id)
         self._jobs_changed.set()
 
+    async def redispatch_stranded(self) -> list[str]:
+        """See ``Backend.redispatch_stranded``: none here (a run and its job are one step)."""
+        return []
+
     # -- claiming ---------------------------------------------------------------------
     def _claim_now(self, worker: str) -> Claim | None:
         t = now()

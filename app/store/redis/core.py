@@ -8,6 +8,9 @@ with ``_run(name, keys, args)``: on the lean connection where the URL allows
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -41,6 +44,10 @@ RUN_SCRIPTS = ("APPEND", "UPDATE", "CLAIM", "FINISH", "RELEASE_RUN", "ENQUEUE", 
                "WITHDRAW", "TAKE", "RELEASE", "CANCEL", "PARK", "DECIDE", "WAKE", "COUNT_HIT",
                "PUT_AGENT", "ADMIT", "ACCRUE", "CLAIM_WEBHOOKS", "TAKE_OVER_KEY")
 THREAD_SCRIPTS = ("SETTLE", "POST", "DELETE")
+STRANDED_AFTER_S = 30.0
+"""Cluster: a dispatch mark this old belongs to a step whose process died between setting a
+run ``queued`` and writing its job (a live one writes it within a round trip, or a failover's
+retries): the stranded-run sweep dispatches the run if it is still queued."""
 
 
 class RedisCore:
@@ -214,15 +221,42 @@ class RedisCore:
         caller's ``_woken`` adds it after)."""
         return [] if self._nodes is not None else [keys.JOBS_STREAM, keys.PARKED_INDEX]
 
-    async def _woken(self, run_id: str) -> None:
-        """The global half of waking a parked run (a script set it ``queued``): its job, and
-        it leaves the approval deadline index. On one node the script did both in its own
-        step (``_dispatch_keys``); on a cluster a process dying between the two leaves a
-        queued run without a job, as ``create_run`` can there."""
+    async def _mark(self, *run_ids: str) -> list[str]:
+        """Cluster: before a step that may set one of ``run_ids`` ``queued`` (a script in the
+        run's slot, whose job lives in another), a mark per run in ``al:jobs``' slot; the
+        step's ``_woken`` removes them with the job. A mark left older than
+        ``STRANDED_AFTER_S`` is a step whose process died in between: the sweep
+        (``redispatch_stranded``) dispatches its run if it is queued. One node: none (the
+        step's script dispatches the run itself)."""
+        if self._nodes is None:
+            return []
+        marks = [f"{run_id}|{secrets.token_hex(6)}" for run_id in run_ids if run_id]
+        if marks:
+            await self.client.zadd(keys.DISPATCH_MARKS, dict.fromkeys(marks, time.time()))
+        return marks
+
+    async def _woken(self, run_id: str | None, marks: Sequence[str] = (), *,
+                     parked: bool = True) -> None:
+        """The global half of a step that set ``run_id`` ``queued`` (None: it queued none):
+        on a cluster its job, confirmed by a replica, with the step's marks gone in the same
+        round trip, then it leaves the approval deadline index (``parked``). On one node
+        nothing: the script did it in its own step (``_dispatch_keys``)."""
         if self._nodes is None:
             return
-        await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
-        await self.client.zrem(keys.PARKED_INDEX, run_id)
+        if run_id is None:
+            if marks:
+                await self.client.zrem(keys.DISPATCH_MARKS, *marks)
+            return
+        queued = run_id
+
+        def fill(pipe: Any) -> None:
+            pipe.xadd(keys.JOBS_STREAM, {"run": queued})
+            if marks:
+                pipe.zrem(keys.DISPATCH_MARKS, *marks)
+
+        await self._nodes.durable(keys.JOBS_STREAM, fill)
+        if parked:
+            await self.client.zrem(keys.PARKED_INDEX, run_id)
 
     @guard
     async def get_run(self, run_id: str) -> RunRecord | None:

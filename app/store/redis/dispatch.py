@@ -6,14 +6,16 @@ holders (the timeline is in ``app.store.redis.backend``)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
 from redis.exceptions import ResponseError
 
+from app.store.ids import thread_of_run
 from app.store.records import Claim
 from app.store.redis import keys
-from app.store.redis.core import RedisCore
+from app.store.redis.core import STRANDED_AFTER_S, RedisCore
 from app.store.redis.errors import guard
 from app.store.redis.records import decode_record, pairs
 
@@ -21,6 +23,8 @@ _Entry = tuple[bytes, dict[bytes, bytes] | None]
 """A job stream entry: its id and fields (None once deleted)."""
 BLOCK_MAX = 1.0
 """Longest XREADGROUP block (s): far below the socket timeout (redis-py defaults hang ~60 s)."""
+SWEEP_BATCH = 200
+"""Stranded-run marks one ``redispatch_stranded`` call looks at (the next call takes more)."""
 
 
 class RedisDispatch(RedisCore):
@@ -136,6 +140,45 @@ class RedisDispatch(RedisCore):
         """See ``Backend.finish``: expire the run's keys, acknowledge its job."""
         job = await self._run("FINISH", keys.run_keys(run_id), [attempt, int(self.run_ttl)])
         await self._drop_job(job)
+
+    @guard
+    async def redispatch_stranded(self) -> list[str]:
+        """See ``Backend.redispatch_stranded``: the cluster's dispatch marks older than
+        ``STRANDED_AFTER_S`` (``RedisCore._mark``), at most ``SWEEP_BATCH`` per call: a run
+        still ``queued`` gets its place in the tenant's index and its job (with its mark
+        gone, in the job's round trip), unless it is
+        its thread's waiting run (an interrupt's, dispatched when the thread settles); any
+        other's mark just goes (the step died before queueing it, or it has run since). One
+        node: nothing to sweep, every such step is one script."""
+        if self._nodes is None:
+            return []
+        found: Any = await self.client.zrangebyscore(
+            keys.DISPATCH_MARKS, "-inf", time.time() - STRANDED_AFTER_S, start=0,
+            num=SWEEP_BATCH)
+        dispatched = []
+        for raw in found:
+            mark = raw.decode()
+            run_id = mark.rpartition("|")[0]
+            record = await self.get_run(run_id)
+            if record is not None and record.status == "queued" and \
+                    not await self._waiting(run_id):
+                # listed (the step may have died before the index too), then dispatched
+                await self.client.zadd(keys.tenant_runs_key(record.tenant),
+                                       {run_id: record.created_at})
+                await self._woken(run_id, [mark])
+                dispatched.append(run_id)
+            else:
+                await self.client.zrem(keys.DISPATCH_MARKS, mark)
+        return dispatched
+
+    async def _waiting(self, run_id: str) -> bool:
+        """Whether the run is its thread's waiting run (``next_run``)."""
+        thread_id = thread_of_run(run_id)
+        if thread_id is None:
+            return False
+        (waiting,) = await self._commands(
+            ("HGET", keys.thread_key(thread_id, "thread"), "next_run"))
+        return bool(waiting) and bytes(waiting).decode() == run_id
 
     @guard
     async def release_run(self, run_id: str, attempt: int) -> None:

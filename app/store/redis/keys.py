@@ -54,6 +54,9 @@ from app.engine.queues import QueueKind
 from app.store.ids import thread_of_run
 
 JOBS_STREAM = "al:jobs"
+DISPATCH_MARKS = "{al:jobs}:marks"
+"""Cluster: runs a step may queue, marked before it and unmarked with their job (in the job
+stream's slot: the hash tag ``al:jobs`` is the stream's own key); ``RedisCore._mark``."""
 JOBS_GROUP = "workers"
 NOTIFY_CHANNEL = "al:notify"
 PARKED_INDEX = "al:parked"

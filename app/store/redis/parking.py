@@ -49,25 +49,25 @@ class RedisParking(RedisCore):
             body = encode_event_body(answer.event, run_id=run_id, ts=utc_now())
             args += [answer.tool_call_id, orjson.dumps(answer.decision), answer.event.type,
                      body]
+        marks = await self._mark(run_id)
         outcome, status, call_id = await self._run(
             "DECIDE", [keys.run_key(run_id), keys.parked_key(run_id),
                        keys.decisions_key(run_id), keys.events_key(run_id),
                        *self._dispatch_keys()], args)
         code = outcome.decode()
+        await self._woken(run_id if code == "woken" else None, marks)
         if code in ("not_waiting", "unknown_call", "already_decided"):
             refused = call_id.decode() or None
             raise DecisionRefused(code, _refusal(code, run_id, refused, status), refused)
-        if code == "woken":
-            await self._woken(run_id)
         return bool(code == "woken")
 
     @guard
     async def wake(self, run_id: str) -> bool:
         """See ``ParkingStore.wake``."""
+        marks = await self._mark(run_id)
         woken = await self._run("WAKE", [keys.run_key(run_id), keys.parked_key(run_id),
                                          *self._dispatch_keys()], ["", ""])
-        if woken:
-            await self._woken(run_id)
+        await self._woken(run_id if woken else None, marks)
         return bool(woken)
 
     @guard
@@ -77,6 +77,7 @@ class RedisParking(RedisCore):
         woken = []
         for raw in due:
             run_id = raw.decode()
+            marks = await self._mark(run_id)
             try:
                 hit = await self._run(
                     "WAKE", [keys.run_key(run_id), keys.parked_key(run_id),
@@ -85,8 +86,8 @@ class RedisParking(RedisCore):
                 if "NOTFOUND" not in str(exc):
                     raise
                 hit = 0
+            await self._woken(run_id if hit else None, marks)
             if hit:
-                await self._woken(run_id)
                 woken.append(run_id)
             else:
                 await self.client.zrem(keys.PARKED_INDEX, run_id)

@@ -28,16 +28,17 @@ class RedisQueues(RedisCore):
         other: QueueKind = "follow_up" if kind == "steer" else "steer"
         run_keys = [keys.run_key(run_id), keys.queue_key(run_id, kind), keys.events_key(run_id),
                     keys.queue_key(run_id, other), *self._dispatch_keys()]
+        marks = await self._mark(run_id) if kind == "steer" else []
         try:
             position, woken = await self._run("ENQUEUE", run_keys, [
                 "", queue_entry(item), body, self._channel(run_id), f"e:{run_id}", kind,
                 "" if limit is None else limit])
-        except ResponseError as exc:
+        except ResponseError as exc:  # refused before any write: nothing was queued
+            await self._woken(None, marks)
             if "FULL" in str(exc) and limit is not None:
                 raise QueueFull(run_id, limit) from exc
             raise
-        if woken:  # a steer woke the parked run
-            await self._woken(run_id)
+        await self._woken(run_id if woken else None, marks)  # a steer woke the parked run
         return int(position)
 
     @guard

@@ -60,10 +60,11 @@ class RedisRuns(RedisCore):
                 for command in run_writes:
                     pipe.execute_command(*command)
 
+            marks = await self._mark(record.id)  # a death before the job: swept
             await self._nodes.durable(keys.run_key(record.id), fill)
             await self.client.zadd(keys.tenant_runs_key(record.tenant),
                                    {record.id: record.created_at})
-            await self._add_job(record.id)
+            await self._woken(record.id, marks, parked=False)
         else:
             await self._commands(*run_writes,  # in order: the job last
                                  ("ZADD", keys.tenant_runs_key(record.tenant),
@@ -217,10 +218,10 @@ class RedisRuns(RedisCore):
     async def request_cancel(self, run_id: str) -> None:
         """See ``CancelSignal.request_cancel``: a flag on the run plus a ``c:<run>`` note; a
         parked run is set ``queued`` in the same script, then dispatched."""
+        marks = await self._mark(run_id)
         woken = await self._run("CANCEL", [keys.run_key(run_id), *self._dispatch_keys()],
                                 ["", self._channel(run_id), f"c:{run_id}"])
-        if woken == b"woken":
-            await self._woken(run_id)
+        await self._woken(run_id if woken == b"woken" else None, marks)
 
     async def wait_cancel(self, run_id: str) -> None:
         """See ``Backend.wait_cancel``."""

@@ -63,13 +63,14 @@ class RedisThreads(RedisThreadReads):
             if record is None:
                 return
             active, waiting = record.active_run or "", record.next_run or ""
+            marks = await self._mark(active)
             answer, woken = await self._script("DELETE", [
                 *keys.thread_keys(thread_id), *role_keys(thread_id, active),
                 *role_keys(thread_id, waiting), *self._dispatch(record.tenant)],
                 [active, waiting, self._notes(), thread_id, int(self.run_ttl), now()])
+            # its parked active run, woken to end cancelled
+            await self._woken(woken.decode() or None, marks)
             if answer != b"stale":
-                if woken:  # its parked active run, woken to end cancelled
-                    await self._woken(woken.decode())
                 await self.client.zrem(keys.tenant_threads_key(record.tenant), thread_id)
                 return
         raise BackendError(f"thread {thread_id} kept changing")
@@ -89,13 +90,21 @@ class RedisThreads(RedisThreadReads):
             post.candidate.owner = record.owner  # a thread's runs are its owner's
             if post.replaces is not None and thread_of_run(post.replaces) != record.id:
                 raise NotLastReply(post.replaces)  # (its keys are in another slot)
+            # the run this post may queue: its candidate on an idle thread (a busy thread's
+            # candidate only ever waits its turn), else the active run (a steer or an
+            # interrupt wakes it if parked)
+            marks = await self._mark(record.active_run or post.candidate.id)
             status, payload, woken = await self._post_once(record, post, created=created)
             if status == "ok":
                 outcome = _outcome(payload)
                 await self._after_post(record, post, outcome, created=created)
-                if woken:  # the parked active run an interrupt or a steer woke
-                    await self._woken(woken)
+                # the run to dispatch: the one the post started, or the parked active run an
+                # interrupt or a steer woke
+                started = outcome.action == "started"
+                await self._woken(post.candidate.id if started else woken or None, marks,
+                                  parked=not started)
                 return outcome
+            await self._woken(None, marks)
             if status == "repeat":
                 digest, outcome = PostOutcome.decode(payload)
                 if digest != post.request_hash:
@@ -138,20 +147,16 @@ class RedisThreads(RedisThreadReads):
 
     async def _after_post(self, record: ThreadRecord, post: ThreadPost, outcome: PostOutcome,
                           *, created: bool) -> None:
-        """The global keys: a created thread's place in the tenant's index; on a cluster a new
-        run's, and its job once it may run (one node: the script wrote those)."""
+        """The global keys but the job (``_woken``): a created thread's place in the tenant's
+        index; on a cluster a new run's (one node: the script wrote it)."""
         if created:
             await self.client.zadd(keys.tenant_threads_key(record.tenant),
                                    {record.id: record.created_at})
         if outcome.action not in ("started", "interrupted") or outcome.queued or \
                 self._nodes is None:
             return
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zadd(keys.tenant_runs_key(record.tenant),
-                      {post.candidate.id: post.candidate.created_at})
-            if outcome.action == "started":
-                pipe.xadd(keys.JOBS_STREAM, {"run": post.candidate.id})
-            await pipe.execute()
+        await self.client.zadd(keys.tenant_runs_key(record.tenant),
+                               {post.candidate.id: post.candidate.created_at})
 
     @guard
     async def settle_thread(self, thread_id: str) -> str | None:
@@ -164,19 +169,22 @@ class RedisThreads(RedisThreadReads):
             ended = await self.get_run(record.active_run)
             if ended is not None and ended.status not in ("completed", "failed", "cancelled"):
                 return None
-            status, started = await self._settle_once(record, ended)
+            next_id = new_thread_run_id(record.id)
+            marks = await self._mark(record.next_run or next_id)
+            status, started = await self._settle_once(record, ended, next_id)
+            if status == "ok" and started:
+                await self._dispatch_thread_run(record.tenant, started, marks)
+            else:
+                await self._woken(None, marks)
             if status == "ok":
-                if started and self._nodes is not None:  # one node: the script did
-                    await self._dispatch_thread_run(record.tenant, started)
                 return started or None
             if status != "stale":
                 return None
         raise BackendError(f"thread {thread_id} kept changing")
 
-    async def _settle_once(self, record: ThreadRecord, ended: RunRecord | None
+    async def _settle_once(self, record: ThreadRecord, ended: RunRecord | None, next_id: str
                            ) -> tuple[str, str]:
         active, waiting = record.active_run or "", record.next_run or ""
-        next_id = new_thread_run_id(record.id)
         fields: list[Any] = []
         event = b""
         if ended is not None:
@@ -191,13 +199,15 @@ class RedisThreads(RedisThreadReads):
              record.id, event, len(fields) // 2, *fields])
         return status.decode(), started.decode()
 
-    async def _dispatch_thread_run(self, tenant: str, run_id: str) -> None:
+    async def _dispatch_thread_run(self, tenant: str, run_id: str, marks: list[str]) -> None:
+        """On a cluster, the run a settle started: its place in the tenant's index, its job
+        (one node: the script wrote both)."""
+        if self._nodes is None:
+            return
         record = await self.get_run(run_id)
-        async with self.client.pipeline(transaction=False) as pipe:
-            if record is not None:
-                pipe.zadd(keys.tenant_runs_key(tenant), {run_id: record.created_at})
-            pipe.xadd(keys.JOBS_STREAM, {"run": run_id})
-            await pipe.execute()
+        if record is not None:
+            await self.client.zadd(keys.tenant_runs_key(tenant), {run_id: record.created_at})
+        await self._woken(run_id, marks, parked=False)
 
 def _first_seq(record: RunRecord) -> RunRecord:
     record.last_seq = 1
