@@ -175,3 +175,28 @@ async def test_the_api_key_is_required_and_agents_are_the_tools(keyed: Any) -> N
         refused = await client.call_tool("other", {"input": "hi"})
         result = await client.call_tool("helper", {"input": "hi"})
     assert refused.isError and result.content[0].text == "for ann"  # type: ignore[union-attr]
+
+
+async def test_an_agents_tool_checks_what_else_it_is_given_as_every_door_does(keyed: Any
+                                                                          ) -> None:
+    """An agent's tool takes ``input``; an option beside it meets the agent's field locks
+    (as ``POST /runs`` with ``agent`` does), an unknown one is refused: never dropped."""
+    auth = {"Authorization": "Bearer k-one"}
+    created = await keyed.client.post("/agents", headers=auth, json={
+        "name": "locked", "system": "be brief", "overridable": ["temperature"]})
+    assert created.status_code in (200, 201), created.text
+    keyed.fake.script, keyed.fake.calls = [text("warm")], 0
+    async with session(keyed.url, auth) as client:
+        model = await client.call_tool("locked", {"input": "hi", "model": "fake:other"})
+        unknown = await client.call_tool("locked", {"input": "hi", "bogus": 1})
+        allowed = await client.call_tool("locked", {"input": "hi", "temperature": 0.5})
+    assert model.isError and model.content[0].text.startswith(  # type: ignore[union-attr]
+        "model: agent 'locked' does not let a request set this")
+    assert unknown.isError and unknown.content[0].text.startswith("bogus:")  # type: ignore[union-attr]
+    assert keyed.fake.calls == 1  # the refused calls started nothing
+    assert allowed.isError is False and allowed.content[0].text == "warm"  # type: ignore[union-attr]
+    summary = allowed.structuredContent
+    assert summary is not None
+    run = (await keyed.client.get(f"/runs/{summary['run_id']}", headers=auth)).json()
+    assert run["agent"] == "locked"
+    assert keyed.fake.requests[-1].temperature == 0.5

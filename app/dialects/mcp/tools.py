@@ -79,9 +79,8 @@ async def call(svc: Services, who: Principal, name: str, args: dict[str, Any],
 async def _request(svc: Services, who: Principal, name: str,
                    args: dict[str, Any]) -> RunRequest:
     options = {k: v for k, v in args.items() if k != "input"}
-    if any(t.name == name and t.name != RUN_TOOL for t in await offered(svc, who)):
-        return RunRequest(principal=who, options=RunOptions(), input=args["input"], agent=name)
-    if name != RUN_TOOL or who.end_user:
+    agent = any(t.name == name and t.name != RUN_TOOL for t in await offered(svc, who))
+    if not agent and (name != RUN_TOOL or who.end_user):
         raise ApiError(404, "tool_not_found", f"no tool {name!r}")
     try:
         parsed = RunOptions.model_validate(options)
@@ -89,8 +88,10 @@ async def _request(svc: Services, who: Principal, name: str,
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise ApiError(422, "validation_error", f"{field}: {err['msg']}", field) from exc
+    # an agent's tool advertises only ``input``: any option it is given goes through the
+    # agent's field locks in the pipeline, as at every door (403 naming a locked one)
     return RunRequest(principal=who, options=parsed, input=args["input"],
-                      set_fields=parsed.options_set())
+                      agent=name if agent else None, set_fields=parsed.options_set())
 
 
 async def _follow(svc: Services, run_id: str, notify: Notify) -> None:
