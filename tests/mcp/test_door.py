@@ -200,3 +200,18 @@ async def test_an_agents_tool_checks_what_else_it_is_given_as_every_door_does(ke
     run = (await keyed.client.get(f"/runs/{summary['run_id']}", headers=auth)).json()
     assert run["agent"] == "locked"
     assert keyed.fake.requests[-1].temperature == 0.5
+
+
+async def test_get_and_delete_are_405_not_an_idle_stream(mcp: Client) -> None:
+    """Stateless: the server sends nothing of its own and has no session, so a GET (which
+    would hold an empty event stream open for as long as the client likes) and a DELETE
+    are refused at once, as the specification provides, and POST keeps working."""
+    headers = {"Accept": "text/event-stream, application/json"}
+    async with httpx.AsyncClient(base_url=mcp.app.server.url, timeout=5) as http:
+        for method in ("GET", "DELETE"):
+            resp = await http.request(method, "/mcp", headers=headers)
+            assert resp.status_code == 405, resp.text
+            assert resp.headers["allow"] == "POST"
+            assert resp.json()["error"]["code"] == "method_not_allowed"
+    async with session(mcp.app.server.url) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["run"]

@@ -2,6 +2,7 @@
 stands alone, so any API process behind a balancer answers it), behind the API's own auth
 (an API key or an end user's token: 401 before the protocol is spoken)::
 
+    GET, DELETE /mcp ─ 405 (stateless: no stream of the server's own, no session)
     POST /mcp ─ caller() ─ 401 │ principal in the request's state
               ─ body as every door reads it (``strict_loads``) ─ 400 JSON-RPC error │
               ─▶ session manager ─▶ tools/list ─ offered()
@@ -103,13 +104,22 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL] = who
-        if request.method == "POST":
-            body = await request.body()  # bounded by the body guard (413)
-            refused = _refused(body)
-            if refused is not None:
-                await refused(scope, receive, send)
-                return
-            receive = _replay(body, receive)
+        if request.method != "POST":
+            # stateless: no server-initiated messages (GET's stream would stay open and idle
+            # for as long as the client keeps it) and no session to end (DELETE); the
+            # specification's answer for a server that offers neither is 405
+            response = error_response(
+                405, "method_not_allowed", f"{request.method} {PATH}: this MCP server is "
+                "stateless (no stream of its own messages, no session); POST requests",
+                headers={"Allow": "POST"})
+            await response(scope, receive, send)
+            return
+        body = await request.body()  # bounded by the body guard (413)
+        refused = _refused(body)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        receive = _replay(body, receive)
         assert self.manager is not None, "the app's lifespan runs the session manager"
         await self.manager.handle_request(scope, receive, send)
 
@@ -145,6 +155,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def route(endpoint: McpEndpoint) -> Route:
-    """``/mcp`` for every method the protocol uses (POST, GET, DELETE)."""
+    """``/mcp`` for every method the protocol uses (POST; GET and DELETE answer 405)."""
     return Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"],
                  include_in_schema=False)
