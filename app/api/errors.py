@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from app.api.methods import allowed_methods
 from app.api.schemas import ErrorBody
@@ -77,12 +78,13 @@ class ApiError(HTTPException):
 _DOC = {400: "malformed JSON, an unknown model, tool or toolset, or an attachment the model "
              "cannot take",
         401: "missing or invalid API key", 404: "no such run (or another tenant's)",
-        409: "conflict (idempotency key, ended run, message taken)",
+        409: "conflict (idempotency key, ended run, full queue, message taken)",
         413: "request body (or an attachment) too large",
         415: "request body is not application/json",
         422: "a field of the wrong shape",
-        429: "an end user's request rate was passed (rate_limited), or a quota "
-             "(quota_exceeded: field names the limit); Retry-After says when to try again",
+        429: "an end user's request rate was passed (rate_limited), a quota "
+             "(quota_exceeded: field names the limit), or the streams it may hold open "
+             "(too_many_streams); Retry-After says when to try again",
         403: "not allowed: a field the agent locks, an agent or admin route an end user was "
              "not granted, or a run's own MCP server at a URL the operator does not allow "
              "(mcp_server_not_allowed)",
@@ -146,6 +148,12 @@ def text_headers(code: str, field: str | None) -> dict[str, str]:
     carries Latin-1 at most and never a line break)."""
     return {CODE_HEADER: code, **({FIELD_HEADER: quote(field, safe=_HEADER_SAFE)}
                                   if field else {})}
+
+
+def api_error_response(exc: ApiError, scope: Scope) -> Response:
+    """``exc`` as the response the request's door answers with (plain text or JSON)."""
+    return error_response(exc.status, exc.code, exc.message, exc.field, exc.extra_headers,
+                          text=wants_text(Request(scope)))
 
 
 def wants_text(request: Request) -> bool:

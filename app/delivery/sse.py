@@ -50,6 +50,7 @@ from app.delivery.frames import PING, chunk
 from app.delivery.log_pages import PAGE, log_pages
 from app.delivery.send_deadline import SendDeadline
 from app.delivery.server_send import server_send
+from app.delivery.stream_holds import Hold, hold_of
 from app.delivery.tap import tapped_frames
 from app.store.contract import Backend
 from app.store.live_feed import LiveFeeds
@@ -111,6 +112,9 @@ class EventStreamResponse(EventSourceResponse):
         """Given to ``frames`` too: they may be sent from outside this task
         (``app.delivery.direct``); a ``b""`` chunk asks to finish such a send first."""
         self.send_timeout = send_timeout
+        self.reserved: Hold | None = None
+        """The caller's stream hold, taken by the door before it started the work this
+        stream shows (``app.api.stream_limits``); released when the stream ends."""
         self.status_code = 200
         self.background = None
         self.raw_headers = list(_stream_headers())
@@ -120,6 +124,23 @@ class EventStreamResponse(EventSourceResponse):
                          headers=self.headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # an end user's (or a stream token's) open streams are counted: a door that started
+        # work for this stream took its hold first (``reserved``), others take it here
+        hold = self.reserved
+        found = hold_of(scope) if hold is None else None
+        if found is not None:
+            holds, holder = found
+            hold = holds.take(holder)
+            if hold is None:
+                await holds.refusal(scope, holds.limit)(scope, receive, send)
+                return
+        try:
+            await self._respond(scope, receive, send)
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"].upper() == "HEAD":
             self._parent_init()
             await super().__call__(scope, receive, send)

@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import Scope
 
 from app.api.body_guard import BodyGuard
-from app.api.errors import CODE_HEADER, FIELD_HEADER, install_error_handlers
+from app.api.errors import CODE_HEADER, FIELD_HEADER, api_error_response, install_error_handlers
 from app.api.methods import HeadAsGet
 from app.api.openapi import install_contract
 from app.api.routes import (
@@ -36,9 +36,11 @@ from app.api.routes import (
     webhooks,
 )
 from app.api.routes.front import front_routes
+from app.api.stream_limits import too_many_streams
 from app.api.trace_context import TraceParent
 from app.config import Settings, load_settings
 from app.delivery.server_send import StashServerSend
+from app.delivery.stream_holds import StreamHolds
 from app.dialects.ag_ui import routes as ag_ui
 from app.dialects.ai_sdk import routes as ai_sdk
 from app.dialects.mcp.routes import McpEndpoint
@@ -78,6 +80,10 @@ def create_app(settings: Settings | None = None, *, backend: Backend | None = No
     app = FastAPIOffline(title="agentloop", version="1", description=API_DESCRIPTION,
                          lifespan=lifespan, telemetry=_fastapi_telemetry(cfg))
     install_error_handlers(app, TEXT_ERROR_PATHS)
+    if cfg.max_streams_per_user:  # every door's streams, counted per end user
+        app.state.stream_holds = StreamHolds(
+            cfg.max_streams_per_user,
+            lambda scope, limit: api_error_response(too_many_streams(limit), scope))
     install_contract(app)
     routers = [module.router for module in (runs, events, queue, approvals, threads, agents,
                                             client_tokens, tools, usage, webhooks, health,

@@ -21,6 +21,15 @@ class Principal:
     run_id: str | None = None
     via: Via = "api_key"
 
+    def stream_holder(self) -> tuple[str, str, str] | None:
+        """Whose streams this caller's count against (``app.delivery.stream_holds``): an end
+        user's own, a stream token's run's (or thread's); None for the tenant's key."""
+        if self.subject is not None:
+            return ("user", self.tenant, self.subject)
+        if self.via == "stream_token" and self.run_id is not None:
+            return ("token", self.tenant, self.run_id)
+        return None
+
     @property
     def end_user(self) -> bool:
         """An end user (a client token or an identity provider's JWT), not the tenant's key."""

@@ -10,6 +10,7 @@ from app.api.auth import Principal
 from app.api.errors import ApiError
 from app.api.rate import check_rate
 from app.api.services import Services
+from app.delivery.stream_holds import HOLDER
 
 
 # async (though they never await) so FastAPI calls them inline: a plain ``def`` dependency
@@ -26,6 +27,7 @@ async def caller(svc: Services, request: Request, *,
     that run or thread too), within its rate."""
     who = await svc.auth.authenticate(request, stream_run_id=stream_run_id)
     await check_rate(svc, who)
+    setattr(request.state, HOLDER, who.stream_holder())  # its streams are counted
     return who
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ag_ui.core import RunAgentInput, RunStartedEvent
 from ag_ui.encoder import EventEncoder
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from sse_starlette import EventSourceResponse
 
 from app.api import control
@@ -29,6 +29,7 @@ from app.api.pipeline import submit
 from app.api.routes.deps import PrincipalDep, ServicesDep
 from app.api.routes.strict_json import StrictJsonRoute
 from app.api.services import Services
+from app.api.stream_limits import streaming
 from app.delivery.sse import EventStreamResponse
 from app.dialects.ag_ui.messages import history
 from app.dialects.ag_ui.projector import AgUiProjector
@@ -106,8 +107,14 @@ def _check_thread(thread_id: str, field: str) -> None:
 @router.post("/ag-ui", operation_id="agUiRunAgent",
              response_class=EventSourceResponse,
              responses={**_STREAM, **documented(400, 401, 403, 409, 413, 415, 422, 503)})
-async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep) -> Response:
-    """Run the agent on the input's last user message; stream AG-UI events."""
+async def run_agent(body: RunAgentInput, svc: ServicesDep, who: PrincipalDep,
+                    request: Request) -> Response:
+    """Run the agent on the input's last user message; stream AG-UI events. An end user's
+    stream is counted before anything is posted (``app.api.stream_limits``)."""
+    return await streaming(request, _run_agent(body, svc, who))
+
+
+async def _run_agent(body: RunAgentInput, svc: Services, who: Principal) -> Response:
     _check_thread(body.thread_id, "threadId")
     props = agentloop_props(body)
     if body.messages and body.messages[-1].role == "tool":

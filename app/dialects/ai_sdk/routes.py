@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from sse_starlette import EventSourceResponse
 
 from app.api import control
@@ -33,6 +33,7 @@ from app.api.routes.deps import PrincipalDep, ServicesDep
 from app.api.routes.events import parse_seq
 from app.api.routes.strict_json import StrictJsonRoute
 from app.api.services import Services
+from app.api.stream_limits import streaming
 from app.delivery.sse import EventStreamResponse
 from app.dialects.ai_sdk.answers import answers
 from app.dialects.ai_sdk.history import chat_messages, client_tools
@@ -100,10 +101,16 @@ def _wire_name(last: int, parts: Any) -> Callable[[str], str]:
 @router.post("/ai-sdk/chat", operation_id="aiSdkChat",
              response_class=EventSourceResponse,
              responses={**_STREAM, **documented_text(400, 401, 403, 409, 413, 415, 422, 503)})
-async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep) -> Response:
+async def chat(body: ChatRequest, svc: ServicesDep, who: PrincipalDep,
+               request: Request) -> Response:
     """Post the chat's last user message to its thread; stream the run that carries it as UI
     message chunks. A last message of the assistant's answers the chat's waiting run
-    (``app/dialects/ai_sdk/answers.py``)."""
+    (``app/dialects/ai_sdk/answers.py``). An end user's stream is counted before anything
+    is posted (``app.api.stream_limits``)."""
+    return await streaming(request, _chat(body, svc, who))
+
+
+async def _chat(body: ChatRequest, svc: Services, who: Principal) -> Response:
     if body.messages[-1].get("role") == "assistant":
         return await _answer_run(body, svc, who)
     prompt, system = to_messages(body.messages)
