@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -89,6 +90,19 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0, *gc.get_threshold()[1:])
 
 
+def raise_open_files() -> None:
+    """The soft limit of open files up to the hard one, for this process and the ones it
+    starts. Every open stream holds a socket; the usual soft limit (1024 under systemd and
+    many shells) would have a few hundred browsers make the process refuse every new
+    connection, while the hard limit is usually far higher. (Go's runtime does the same.)"""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open files limit: %s", exc)
+
+
 def health(settings: Settings, *, worker: bool, port: int | None) -> None:
     """Exit 0 when healthy, 1 otherwise (the reason on stderr)."""
     from app.process.liveness import check_api, check_worker
@@ -113,6 +127,7 @@ def serve(settings: Settings, *, host: str | None, port: int | None, worker: boo
     """Run the API under uvicorn (uvloop + httptools); ``processes`` > 1: that many, under a
     supervisor (``app.process.supervisor``)."""
     host, port = host or settings.host, port or settings.port
+    raise_open_files()  # the supervisor's children inherit it
     if processes > 1:
         if not settings.redis_url:
             raise SystemExit(f"agentloop serve: {processes} processes need Redis "
@@ -166,6 +181,7 @@ def run_worker_process(settings: Settings) -> None:
     """Run a worker until SIGTERM/SIGINT."""
     import uvloop
 
+    raise_open_files()
     tune_gc()
     uvloop.run(_worker_main(settings))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -97,9 +98,25 @@ def test_a_port_in_use_is_one_error_before_any_process_starts(tmp_path: Path) ->
     assert "starting" not in done.stderr  # no child was started
 
 
+def _pinned_with_few_files(core: int) -> None:
+    os.sched_setaffinity(0, {core})
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+
+def _open_files_limits(pid: int) -> tuple[str, str]:
+    """(soft, hard) of a process's open files, as /proc shows them."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return soft, hard
+    raise AssertionError("no open files limit in /proc")
+
+
 async def test_auto_on_one_core_is_the_single_process_server(tmp_path: Path) -> None:
     """``auto`` counts the cores this process may use: pinned to one, it is today's server
-    (no supervisor, no child; the memory backend is fine)."""
+    (no supervisor, no child; the memory backend is fine). Started with a soft limit of 256
+    open files, it raised its own to the hard limit (each stream holds a socket)."""
     one_core = min(os.sched_getaffinity(0))
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -108,12 +125,14 @@ async def test_auto_on_one_core_is_the_single_process_server(tmp_path: Path) -> 
         stderr=asyncio.subprocess.DEVNULL,
         env=_clean_env(AGENTLOOP_DEFAULT_MODEL="demo:echo",
                        AGENTLOOP_WORKSPACE_ROOT=str(tmp_path / "ws")),
-        preexec_fn=lambda: os.sched_setaffinity(0, {one_core}))
+        preexec_fn=lambda: _pinned_with_few_files(one_core))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
             await until_up(client, proc, within=120)
             assert (await client.post("/runs", json={"input": "hi"})).status_code == 201
         assert not [kid for kid in children_of(proc.pid) if is_server_child(kid)]
+        soft, hard = _open_files_limits(proc.pid)
+        assert soft == hard and (hard == "unlimited" or int(hard) > 256), (soft, hard)
     finally:
         proc.terminate()
         await proc.wait()
