@@ -253,7 +253,9 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
 
 
 def queue_full(exc: QueueFull) -> ApiError:
-    """409 ``queue_full``: the run holds its most waiting messages (every door's answer)."""
+    """409 ``queue_full``: the run holds its most waiting messages (every door's answer),
+    counted."""
+    metrics.LIMIT_REFUSALS.labels(limit="max_queued_messages").inc()
     return ApiError(409, "queue_full", f"run {exc.run_id} already holds {exc.limit} messages "
                     "waiting to be taken (AGENTLOOP_MAX_QUEUED_MESSAGES): nothing was queued; "
                     "send it once the run has taken some")

@@ -15,10 +15,12 @@ from starlette.responses import Response
 from app.api.errors import ApiError
 from app.delivery.sse import EventStreamResponse
 from app.delivery.stream_holds import Hold, hold_of
+from app.telemetry import metrics
 
 
 def too_many_streams(limit: int) -> ApiError:
-    """429 ``too_many_streams`` (``Retry-After: 1``)."""
+    """429 ``too_many_streams`` (``Retry-After: 1``), counted."""
+    metrics.LIMIT_REFUSALS.labels(limit="max_streams_per_user").inc()
     return ApiError(429, "too_many_streams", f"this user (or stream token) already has {limit} "
                     "event streams open here (AGENTLOOP_MAX_STREAMS_PER_USER): close one "
                     "first", headers={"Retry-After": "1"})

@@ -124,6 +124,14 @@ TOKENS = Counter("agentloop_tokens", "Tokens of ended runs.", ["kind", "provider
 QUOTA_REFUSALS = Counter("agentloop_quota_refusals", "Requests refused for a quota.", ["limit"])
 WEBHOOK_ATTEMPTS = Counter("agentloop_webhook_attempts", "Webhook deliveries tried.",
                            ["outcome"])
+LIMIT_REFUSALS = Counter("agentloop_limit_refusals", "Requests refused at a bound that holds "
+                         "without configuration.", ["limit"])
+"""``limit``: ``max_streams_per_user`` (429 too_many_streams) or ``max_queued_messages``
+(409 queue_full)."""
+STRANDED_RUNS = Counter("agentloop_stranded_runs", "Runs found queued without a job (a "
+                        "process died between the two writes) and dispatched again.")
+for _limit in ("max_streams_per_user", "max_queued_messages"):
+    LIMIT_REFUSALS.labels(limit=_limit)
 
 for _kind in ("steer", "follow_up"):
     QUEUE_DEPTH.labels(kind=_kind)

@@ -11,6 +11,7 @@ import logging
 
 from app.store.contract import Backend
 from app.store.errors import BackendError
+from app.telemetry import metrics
 
 log = logging.getLogger(__name__)
 EVERY = 5.0
@@ -24,6 +25,7 @@ async def redispatch_stranded(backend: Backend, stop: asyncio.Event,
     while not stop.is_set():
         try:
             for run_id in await backend.redispatch_stranded():
+                metrics.STRANDED_RUNS.inc()
                 log.warning("run %s: queued without a job (a process died before writing it); "
                             "dispatched again", run_id)
         except BackendError as exc:

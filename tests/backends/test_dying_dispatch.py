@@ -240,6 +240,12 @@ async def test_a_workers_sweep_loop_dispatches_it(two: tuple[RedisBackend, Redis
     thread_id = await new_thread(dying)
     post = make_post(thread_id, "u:one")
     await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
+    from prometheus_client import REGISTRY
+
+    def swept() -> float:
+        return REGISTRY.get_sample_value("agentloop_stranded_runs_total") or 0.0
+
+    before = swept()
     stop = asyncio.Event()
     sweeping = asyncio.create_task(redispatch_stranded(other, stop, every=0.05))
     try:
@@ -248,3 +254,4 @@ async def test_a_workers_sweep_loop_dispatches_it(two: tuple[RedisBackend, Redis
         stop.set()
         await sweeping
     assert claim is not None and claim.run_id == post.candidate.id
+    assert swept() - before == (1 if on_cluster(other) else 0)  # operators see it happen

@@ -147,7 +147,15 @@ async def test_the_waiting_run_of_a_thread_takes_as_many_messages(table: Table) 
     assert "one too many" not in texts and thread["status"] == "idle"
 
 
+def refusals() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("agentloop_limit_refusals_total",
+                                     {"limit": "max_queued_messages"}) or 0.0
+
+
 async def test_racing_clients_get_exactly_the_room_there_is(table: Table) -> None:
+    before = refusals()
     m = mark()
     run = await reach(table, "queued", m)
     answers = await asyncio.gather(*(
@@ -158,6 +166,7 @@ async def test_racing_clients_get_exactly_the_room_there_is(table: Table) -> Non
     assert all(api_error(r)["code"] == "queue_full" for r in answers if r.status_code == 409)
     assert sum(await queue_counts(table, run["id"])) == LIMIT
     assert await queued_events(table, run["id"]) == LIMIT
+    assert refusals() - before >= 3 * LIMIT  # counted for operators
     await table.worker_on()
     await table.status(run["id"], "completed")
 

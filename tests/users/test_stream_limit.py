@@ -60,7 +60,15 @@ def too_many(resp: httpx.Response) -> None:
     assert resp.headers["retry-after"] == "1"
 
 
+def refusals() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("agentloop_limit_refusals_total",
+                                     {"limit": "max_streams_per_user"}) or 0.0
+
+
 async def test_an_end_users_streams_are_capped_at_every_door(app: Api) -> None:
+    before = refusals()
     ann_token, bob_token = await token(app, "ann"), await token(app, "bob")
     async with (client(app, ann_token) as ann, client(app, bob_token) as bob,
                 client(app, "key-t") as admin, AsyncExitStack() as stack):
@@ -105,3 +113,4 @@ async def test_an_end_users_streams_are_capped_at_every_door(app: Api) -> None:
             await asyncio.sleep(0.05)
         assert (await opened(stack, ann, "GET", events)).status_code == 200
         too_many(await opened(stack, ann, "GET", events))
+    assert refusals() - before >= 6  # each refusal above is counted for operators
