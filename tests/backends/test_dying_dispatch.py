@@ -15,9 +15,11 @@ import pytest
 
 from app.engine.events import ApprovalDecided
 from app.store import make_backend
+from app.store.ids import new_thread_id
 from app.store.records import Answer, RunRecord
 from app.store.redis import dispatch, keys
 from app.store.redis.backend import RedisBackend
+from app.store.thread_records import ThreadRecord
 from tests.backends.helpers import msg
 from tests.backends.test_threads import end_run, make_post, new_thread
 
@@ -142,6 +144,20 @@ async def test_a_thread_post_that_starts_a_run_dispatches_and_lists_it(
     await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
     await claimed_by_the_other(other, post.candidate.id)
     assert post.candidate.id in await listed(other)
+
+
+async def test_a_toolkits_first_message_lists_the_thread_it_creates(
+        two: tuple[RedisBackend, RedisBackend]) -> None:
+    """The post that creates a chat's thread puts it in ``GET /threads``: on one node in the
+    same step, on a cluster (which writes the index after) by the sweep of its run."""
+    dying, other = two
+    thread_id = new_thread_id()
+    post = make_post(thread_id, "u:one")
+    post.create = ThreadRecord(id=thread_id, tenant="t", created_at=time.time())
+    await dies_after(dying, "POST", dying.post_thread_run(thread_id, post))
+    await claimed_by_the_other(other, post.candidate.id)
+    page = await other.list_threads("t", status=None, metadata={}, limit=100, cursor=None)
+    assert thread_id in [t.id for t in page.threads]
 
 
 @pytest.mark.parametrize("multitask", ["steer", "interrupt"])

@@ -162,14 +162,27 @@ class RedisDispatch(RedisCore):
             record = await self.get_run(run_id)
             if record is not None and record.status == "queued" and \
                     not await self._waiting(run_id):
-                # listed (the step may have died before the index too), then dispatched
+                # listed (the step may have died before the indexes too), then dispatched
                 await self.client.zadd(keys.tenant_runs_key(record.tenant),
                                        {run_id: record.created_at})
+                await self._list_thread(record.tenant, run_id)
                 await self._woken(run_id, [mark])
                 dispatched.append(run_id)
             else:
                 await self.client.zrem(keys.DISPATCH_MARKS, mark)
         return dispatched
+
+    async def _list_thread(self, tenant: str, run_id: str) -> None:
+        """A thread run's thread in the tenant's thread index (a toolkit's first message
+        creates the thread in the step that may have died before the index)."""
+        thread_id = thread_of_run(run_id)
+        if thread_id is None:
+            return
+        (created,) = await self._commands(
+            ("HGET", keys.thread_key(thread_id, "thread"), "created_at"))
+        if created:
+            await self.client.zadd(keys.tenant_threads_key(tenant),
+                                   {thread_id: float(bytes(created))})
 
     async def _waiting(self, run_id: str) -> bool:
         """Whether the run is its thread's waiting run (``next_run``)."""

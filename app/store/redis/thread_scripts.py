@@ -28,13 +28,15 @@ local function notify(channel, id, note)
   if id ~= THREAD then ch = 'al:{' .. THREAD .. '}:' .. id .. ':notes' end
   redis.call('SPUBLISH', ch, note)
 end
--- On one node KEYS ends with the job stream, the parked index and the tenant's run index
--- (``RedisThreads._dispatch``): a run this script starts or wakes gets its job (a started one
--- its place in the index too) in the same step. On a cluster (those keys live in other slots)
--- the caller adds them after the script.
-local JOBS, PARKED, TENANT_RUNS = nil, nil, nil
-if #KEYS > 3 and KEYS[#KEYS - 2] == '""" + JOBS_STREAM + """' then
-  JOBS, PARKED, TENANT_RUNS = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+-- On one node KEYS ends with the job stream, the parked index and the tenant's run and thread
+-- indexes (``RedisThreads._dispatch``): a run this script starts or wakes gets its job (a
+-- started one its place in the index too), a thread it creates its place in the thread
+-- index, in the same step. On a cluster (those keys live in other slots) the caller adds
+-- them after the script.
+local JOBS, PARKED, TENANT_RUNS, TENANT_THREADS = nil, nil, nil, nil
+if #KEYS > 4 and KEYS[#KEYS - 3] == '""" + JOBS_STREAM + """' then
+  JOBS, PARKED = KEYS[#KEYS - 3], KEYS[#KEYS - 2]
+  TENANT_RUNS, TENANT_THREADS = KEYS[#KEYS - 1], KEYS[#KEYS]
 end
 local function set_queued(role, id)
   redis.call('HSET', rk(role, 1), 'status', '"queued"')
@@ -76,7 +78,7 @@ end
 """
 
 # KEYS thread, msgs, runs, A(8) ended run, N(8) waiting run, S(8) successor
-#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run, thread index)
 # ARGV expected active, expected next, S id, now, ttl, channel, thread id, S run_created
 #      data, n S fields, S field pairs
 SETTLE = _PRELUDE + """
@@ -112,7 +114,7 @@ return {'ok', start}
 """
 
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run, C(8) candidate, idem key
-#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run, thread index)
 # ARGV expected active, expected next, tenant, policy, idem hash ('' none), ttl, now,
 #      channel, thread id, C id, C run_created data, ts, n prompts, n C fields,
 #      then the prompts (JSON), their message ids, the C field pairs, then n thread fields
@@ -132,6 +134,9 @@ if redis.call('EXISTS', T) == 0 and nt > 0 then
   local fields = {}
   for j = tstart + 1, tstart + nt * 2 do fields[#fields + 1] = ARGV[j] end
   redis.call('HSET', T, unpack(fields))
+  if TENANT_THREADS then
+    redis.call('ZADD', TENANT_THREADS, redis.call('HGET', T, 'created_at'), THREAD)
+  end
 end
 if redis.call('EXISTS', T) == 0 or redis.call('HGET', T, 'tenant') ~= ARGV[3] then
   return {'gone', '', ''}
@@ -222,7 +227,7 @@ return {'ok', outcome, woken}
 """
 
 # KEYS thread, msgs, runs, A(8) active run, N(8) waiting run
-#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run index)
+#      (+ the dispatch keys on one node: jobs, parked index, the tenant's run, thread index)
 # ARGV expected active, expected next, channel, thread id, run ttl, now
 # Returns {status, the parked active run it woke to end ('' none)}.
 DELETE = _PRELUDE + """

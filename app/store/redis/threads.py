@@ -6,8 +6,8 @@ named in ``KEYS``, as Redis Cluster wants), so a call reads the thread first, th
 script, and reads again if the thread changed in between (``stale``). The global keys of a run
 a script starts or wakes (its job, the tenant's run index, the parked index) are written by
 the script itself on one node (``_dispatch``), so a process dying after it strands no run; on
-a cluster, where they live in other slots, after it, as ``create_run`` does there. The
-tenant's thread index is written after the script in both.
+a cluster, where they live in other slots, after it, as ``create_run`` does there; so is a
+created thread's place in the tenant's thread index.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class RedisThreads(RedisThreadReads):
         on a cluster none: the caller writes them after the script."""
         if self._nodes is not None:
             return []
-        return [keys.JOBS_STREAM, keys.PARKED_INDEX, keys.tenant_runs_key(tenant)]
+        return [keys.JOBS_STREAM, keys.PARKED_INDEX, keys.tenant_runs_key(tenant),
+                keys.tenant_threads_key(tenant)]
 
     @guard
     async def delete_thread(self, thread_id: str) -> None:
@@ -147,13 +148,14 @@ class RedisThreads(RedisThreadReads):
 
     async def _after_post(self, record: ThreadRecord, post: ThreadPost, outcome: PostOutcome,
                           *, created: bool) -> None:
-        """The global keys but the job (``_woken``): a created thread's place in the tenant's
-        index; on a cluster a new run's (one node: the script wrote it)."""
+        """On a cluster the global keys but the job (``_woken``): a created thread's place in
+        the tenant's index, a new run's (one node: the script wrote them)."""
+        if self._nodes is None:
+            return
         if created:
             await self.client.zadd(keys.tenant_threads_key(record.tenant),
                                    {record.id: record.created_at})
-        if outcome.action not in ("started", "interrupted") or outcome.queued or \
-                self._nodes is None:
+        if outcome.action not in ("started", "interrupted") or outcome.queued:
             return
         await self.client.zadd(keys.tenant_runs_key(record.tenant),
                                {post.candidate.id: post.candidate.created_at})
