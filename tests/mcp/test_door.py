@@ -47,7 +47,7 @@ async def test_a_run_through_the_run_tool_with_progress(mcp: Client) -> None:
     assert summary is not None and summary["status"] == "completed"
     run = (await mcp.http.get(f"/runs/{summary['run_id']}")).json()
     assert run["result"] == "three"
-    assert seen == [(1.0, "calling web__add")]
+    assert seen == [(1.0, f"run {summary['run_id']} started"), (2.0, "calling web__add")]
 
 
 async def test_a_refused_run_is_an_error_result(mcp: Client) -> None:

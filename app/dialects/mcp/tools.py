@@ -4,7 +4,8 @@ The tools are the caller's agents (an end user's: those its token grants), each 
 ``{"input": "..."}``; without agents, a tenant's key gets one ``run`` tool taking the input
 and a few run options (``model``, ``system``, ``toolset``, ``tools``). A call is a run made
 through the one pipeline (``app.api.pipeline.submit``: the same checks as every door), then
-followed through its log: each tool the run calls is a progress notification, and the
+followed through its log: a progress notification names the run as it starts, then each tool
+the run calls is one, and the
 result holds the final answer and the run's id (``structuredContent``: ``run_id``,
 ``status``, ``stop_reason``, ``result``). A refused request is an ``isError`` result naming
 the field; a client that hangs up mid-call cancels the run (the SDK cancels the handler when
@@ -69,6 +70,9 @@ async def call(svc: Services, who: Principal, name: str, args: dict[str, Any],
         return _error(exc.message)
     run_id = submitted.run_id
     try:
+        # the run's id first: a client can steer, follow up or cancel it over the REST API
+        # while the call goes on
+        await notify(f"run {run_id} started")
         await _follow(svc, run_id, notify)
     except asyncio.CancelledError:  # the client cancelled its call: so is the run
         await asyncio.shield(_cancel(svc, who, run_id))
