@@ -105,10 +105,11 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     max_body_bytes: int = Field(default=MiB, ge=1)
     max_streams_per_user: int = Field(default=32, ge=0)
-    """Event streams one end user (or one stream token) may hold open at once in each API
-    process, every door's counted together (``/runs/{id}/events``, a thread's events, the AI
-    SDK's and AG-UI's streams, ``/mcp`` calls); one more is ``429`` ``too_many_streams``.
-    The tenant's API key is not counted. 0: no limit."""
+    """Event streams one end user may hold open at once in each API process, every door's
+    counted together (``/runs/{id}/events``, a thread's events, the AI SDK's and AG-UI's
+    streams, ``/mcp`` calls; with its own token or a stream token for its run or thread);
+    one more is ``429`` ``too_many_streams``. The tenant's API key, and stream tokens for the
+    tenant's own runs, are not counted. 0: no limit."""
     max_queued_messages: int = Field(default=100, ge=1)
     """Messages one run may hold waiting to be taken (its steers and follow-ups together; a
     thread's run that has not started: its input). One more is refused with 409

@@ -21,7 +21,7 @@ from app.telemetry import metrics
 def too_many_streams(limit: int) -> ApiError:
     """429 ``too_many_streams`` (``Retry-After: 1``), counted."""
     metrics.LIMIT_REFUSALS.labels(limit="max_streams_per_user").inc()
-    return ApiError(429, "too_many_streams", f"this user (or stream token) already has {limit} "
+    return ApiError(429, "too_many_streams", f"this user already has {limit} "
                     "event streams open here (AGENTLOOP_MAX_STREAMS_PER_USER): close one "
                     "first", headers={"Retry-After": "1"})
 

@@ -37,7 +37,7 @@ async def thread_object(backend: Backend, record: ThreadRecord, auth: Authentica
                   metadata=dict(record.metadata), messages=messages, runs=list(record.runs),
                   active_run=record.active_run, next_run=record.next_run,
                   events_url=thread_events_url(record.id),
-                  stream_token=auth.issue_token(record.id, record.tenant))
+                  stream_token=auth.issue_token(record.id, record.tenant, owner=record.owner))
 
 
 def thread_summary(record: ThreadRecord, auth: Authenticator) -> ThreadSummary:
@@ -49,7 +49,8 @@ def thread_summary(record: ThreadRecord, auth: Authenticator) -> ThreadSummary:
                          last_run=record.runs[-1] if record.runs else None,
                          active_run=record.active_run, next_run=record.next_run,
                          events_url=thread_events_url(record.id),
-                         stream_token=auth.issue_token(record.id, record.tenant))
+                         stream_token=auth.issue_token(record.id, record.tenant,
+                                                       owner=record.owner))
 
 
 async def answer_post(svc: Services, who: Principal, outcome: PostOutcome,
@@ -62,7 +63,7 @@ async def answer_post(svc: Services, who: Principal, outcome: PostOutcome,
     if record is None:  # an idempotent replay of a post whose run has expired since
         raise RunNotFound(outcome.run_id)
     run = await run_object(svc.backend, record)
-    run.stream_token = svc.auth.issue_token(run.id, who.tenant)
+    run.stream_token = svc.auth.issue_token(run.id, who.tenant, owner=record.owner)
     run.multitask = MultitaskOutcome(action=outcome.action,  # type: ignore[arg-type]
                                      queued=outcome.queued, message_ids=outcome.message_ids,
                                      repeat=outcome.repeat)

@@ -1,10 +1,11 @@
 """How many event streams each holder has open in this process, and the most it may.
 
-A holder is a credential handed to a browser: an end user (its tenant and subject) or a
-stream token (its tenant and the run or thread it reads); the tenant's own API key is no
-holder (a backend that fans its users' streams out through one key is not capped). The API's
-``caller`` names the request's holder in the request state (``HOLDER``); the app keeps one
-``StreamHolds`` in its state (``stream_holds``). Every stream a door opens (an
+A holder is an end user (its tenant and subject), whatever credential it streams with: its own
+token, or a stream token for one of its runs or threads. The tenant's own API key is no holder
+(a backend that fans its users' streams out through one key is not capped), nor a stream token
+for one of the tenant's own runs (the tenant's to hand out, to as many viewers as it
+likes). The API's ``caller`` names the request's holder in the request state (``HOLDER``);
+the app keeps one ``StreamHolds`` in its state (``stream_holds``). Every stream a door opens (an
 ``EventStreamResponse``; ``/mcp``'s call) takes a hold for as long as it is open; one past
 the limit is answered with the app's refusal (``429``) before a byte of the stream is sent,
 so one user's thousands of idle streams cannot take every connection of the process from

@@ -82,10 +82,16 @@ class Authenticator:
                 found = tenant
         return found
 
-    def issue_token(self, run_id: str, tenant: str, now: float | None = None) -> str:
-        """A stream token for ``run_id`` (or a thread id) valid for ``token_ttl`` seconds."""
+    def issue_token(self, run_id: str, tenant: str, now: float | None = None, *,
+                    owner: str | None = None) -> str:
+        """A stream token for ``run_id`` (or a thread id) valid for ``token_ttl`` seconds;
+        ``owner``: the end user the run (or thread) is of, whose streams its streams count
+        with (``Principal.stream_holder``)."""
         expiry = int((now or time.time()) + self.token_ttl)
-        payload = _b64(orjson.dumps({"r": run_id, "t": tenant, "e": expiry}))
+        claims: dict[str, str | int] = {"r": run_id, "t": tenant, "e": expiry}
+        if owner is not None:
+            claims["o"] = owner
+        payload = _b64(orjson.dumps(claims))
         return f"{payload}.{self._sign(payload)}"
 
     def verify_token(self, token: str, run_id: str) -> Principal | None:
@@ -100,7 +106,9 @@ class Authenticator:
             claims = orjson.loads(_unb64(payload))
             if claims["r"] != run_id or int(claims["e"]) < time.time():
                 return None
-            return Principal(tenant=str(claims["t"]), run_id=run_id, via="stream_token")
+            owner = claims.get("o")
+            return Principal(tenant=str(claims["t"]), run_id=run_id, via="stream_token",
+                             streams_of=owner if isinstance(owner, str) else None)
         except (ValueError, TypeError, KeyError, orjson.JSONDecodeError):
             return None
 

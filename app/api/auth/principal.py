@@ -20,15 +20,16 @@ class Principal:
     threads: frozenset[str] | None = None
     run_id: str | None = None
     via: Via = "api_key"
+    streams_of: str | None = None
+    """A stream token's: the end user its run (or thread) is of, whose open streams its own
+    count with (None: the tenant's run)."""
 
-    def stream_holder(self) -> tuple[str, str, str] | None:
-        """Whose streams this caller's count against (``app.delivery.stream_holds``): an end
-        user's own, a stream token's run's (or thread's); None for the tenant's key."""
-        if self.subject is not None:
-            return ("user", self.tenant, self.subject)
-        if self.via == "stream_token" and self.run_id is not None:
-            return ("token", self.tenant, self.run_id)
-        return None
+    def stream_holder(self) -> tuple[str, str] | None:
+        """Whose open streams this caller's count with (``app.delivery.stream_holds``): an
+        end user's, and a stream token's for that user's run or thread; None for the
+        tenant's key and a token for the tenant's own run (the tenant's to hand out)."""
+        user = self.subject if self.subject is not None else self.streams_of
+        return None if user is None else (self.tenant, user)
 
     @property
     def end_user(self) -> bool:

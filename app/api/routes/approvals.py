@@ -36,7 +36,7 @@ async def answered(svc: Services, who: Principal, run_id: str, answer: AnswerIn)
     """The Run after one answer (both endpoints)."""
     record = await control.answer(svc, who, run_id, [answer])
     run = await run_object(svc.backend, record)
-    run.stream_token = svc.auth.issue_token(run.id, who.tenant)
+    run.stream_token = svc.auth.issue_token(run.id, who.tenant, owner=record.owner)
     return run
 
 

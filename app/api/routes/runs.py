@@ -25,6 +25,7 @@ from app.api.schemas import CreateRun, Run, RunList
 from app.api.services import Services
 from app.api.thread_view import answer_post
 from app.store.ids import RUN_ID, thread_of_run
+from app.store.records import RunRecord
 
 router = APIRouter(tags=["runs"], route_class=LeanRoute)
 _STATUSES = ("queued", "running", "requires_action", "completed", "failed", "cancelled")
@@ -52,12 +53,12 @@ async def create_run(body: CreateRun, response: Response, svc: ServicesDep,
         response.status_code = 200
     response.headers["Location"] = f"/runs/{done.run_id}"
     run = await run_object(svc.backend, done.record, fresh=done.created)
-    return _with_token(run, svc, who.tenant)
+    return _with_token(run, svc, done.record)
 
 
-def _with_token(run: Run, svc: Services, tenant: str) -> Run:
-    """``run`` with a fresh stream token for its events."""
-    run.stream_token = svc.auth.issue_token(run.id, tenant)
+def _with_token(run: Run, svc: Services, record: RunRecord) -> Run:
+    """``run`` (the view of ``record``) with a fresh stream token for its events."""
+    run.stream_token = svc.auth.issue_token(run.id, record.tenant, owner=record.owner)
     return run
 
 
@@ -66,7 +67,7 @@ def _with_token(run: Run, svc: Services, tenant: str) -> Run:
 async def get_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """One of the caller's runs, with a fresh ``stream_token`` for its events."""
     record = await load_run(svc.backend, run_id, who)
-    return _with_token(await run_object(svc.backend, record), svc, who.tenant)
+    return _with_token(await run_object(svc.backend, record), svc, record)
 
 
 @router.get("/runs", response_model=RunList, operation_id="listRuns",
@@ -85,7 +86,7 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
                                        cursor=cursor, owner=who.subject)
     mine = [r for r in page.runs if who.sees(r.tenant, r.owner, thread_of_run(r.id))]
     runs = await asyncio.gather(*(run_object(svc.backend, r) for r in mine))
-    return RunList(runs=[_with_token(run, svc, who.tenant) for run in runs],
+    return RunList(runs=[_with_token(run, svc, r) for run, r in zip(runs, mine, strict=True)],
                    next_cursor=page.next_cursor)
 
 
@@ -94,4 +95,4 @@ async def list_runs(request: Request, svc: ServicesDep, who: PrincipalDep,
 async def cancel_run(run_id: str, svc: ServicesDep, who: PrincipalDep) -> Run:
     """Abort the run (idempotent; a no-op once it has ended). A parked run is woken to end."""
     record = await control.cancel(svc, who, run_id)
-    return _with_token(await run_object(svc.backend, record), svc, who.tenant)
+    return _with_token(await run_object(svc.backend, record), svc, record)
