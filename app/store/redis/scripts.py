@@ -174,8 +174,8 @@ return redis.call('HGET', run, 'job') or ''
 """
 
 # KEYS run, queue, events, the other queue (+ the dispatch keys on one node); ARGV '', entry,
-# message_queued body, channel,
-# note, kind, limit ('' none: the most messages both queues may hold together).
+# message_queued body, channel, note, kind, limit ('' none: the most messages both queues may
+# hold together).
 # Returns {position, 1 when a steer woke the parked run (the caller adds its job)}; ENDED once
 # the queues are closed or the run ended; FULL when both queues hold ``limit`` already.
 ENQUEUE = _PRELUDE + _DISPATCH + """
