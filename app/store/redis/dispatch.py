@@ -146,10 +146,10 @@ class RedisDispatch(RedisCore):
         """See ``Backend.redispatch_stranded``: the cluster's dispatch marks older than
         ``STRANDED_AFTER_S`` (``RedisCore._mark``), at most ``SWEEP_BATCH`` per call: a run
         still ``queued`` gets its place in the tenant's index and its job (with its mark
-        gone, in the job's round trip), unless it is
-        its thread's waiting run (an interrupt's, dispatched when the thread settles); any
-        other's mark just goes (the step died before queueing it, or it has run since). One
-        node: nothing to sweep, every such step is one script."""
+        gone, in the job's round trip), unless it is its thread's waiting run (an
+        interrupt's, dispatched when the thread settles); any other's mark just goes (the
+        step died before queueing it, or it has run since). One node: nothing to sweep,
+        every such step is one script."""
         if self._nodes is None:
             return []
         found: Any = await self.client.zrangebyscore(
