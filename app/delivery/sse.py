@@ -124,8 +124,8 @@ class EventStreamResponse(EventSourceResponse):
                          headers=self.headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # an end user's (or a stream token's) open streams are counted: a door that started
-        # work for this stream took its hold first (``reserved``), others take it here
+        # an end user's open streams are counted (``app.delivery.stream_holds``): a door that
+        # started work for this stream took its hold first (``reserved``), others take it here
         hold = self.reserved
         found = hold_of(scope) if hold is None else None
         if found is not None:
