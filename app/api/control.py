@@ -27,8 +27,8 @@ import orjson
 from app.api.attachment_checks import rules_for
 from app.api.auth import Principal
 from app.api.checks import user_message
-from app.api.errors import ApiError
-from app.api.pipeline import queue_full, thread_not_found
+from app.api.errors import ApiError, queue_full
+from app.api.pipeline import thread_not_found
 from app.api.run_view import load_run
 from app.api.services import Services
 from app.engine.approvals import Decision, add_client_tools, decision_json

@@ -38,6 +38,7 @@ from app.store.errors import (
     RunEnded,
     RunNotFound,
 )
+from app.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,15 @@ def text_headers(code: str, field: str | None) -> dict[str, str]:
                                   if field else {})}
 
 
+def queue_full(exc: QueueFull) -> ApiError:
+    """409 ``queue_full``: the run holds its most waiting messages (every door's answer),
+    counted."""
+    metrics.LIMIT_REFUSALS.labels(limit="max_queued_messages").inc()
+    return ApiError(409, "queue_full", f"run {exc.run_id} already holds {exc.limit} messages "
+                    "waiting to be taken (AGENTLOOP_MAX_QUEUED_MESSAGES): nothing was queued; "
+                    "send it once the run has taken some")
+
+
 def api_error_response(exc: ApiError, scope: Scope) -> Response:
     """``exc`` as the response the request's door answers with (plain text or JSON)."""
     return error_response(exc.status, exc.code, exc.message, exc.field, exc.extra_headers,
@@ -254,7 +264,7 @@ async def _backend_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, RunEnded):
         return error_response(409, "run_ended", "the run has ended", text=text)
     if isinstance(exc, QueueFull):
-        return error_response(409, "queue_full", str(exc), text=text)
+        return api_error_response(queue_full(exc), request.scope)
     log.warning("backend error on %s %s: %s", request.method, request.url.path, exc)
     return error_response(503, "backend_unavailable", "the run store is unavailable; retry",
                           headers={"Retry-After": "1"}, text=text)

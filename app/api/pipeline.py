@@ -41,7 +41,7 @@ from app.api.checks import (
     run_menu,
     user_prompts,
 )
-from app.api.errors import ApiError
+from app.api.errors import ApiError, queue_full
 from app.api.mcp_checks import check_mcp_names, check_mcp_urls
 from app.api.options import RunOptions
 from app.api.services import Services
@@ -250,15 +250,6 @@ async def _create(svc: Services, request: RunRequest, run: _Run) -> Submitted:
     else:
         metrics.RUNS_CREATED.inc()
     return Submitted(run_id=record.id, record=record, created=created)
-
-
-def queue_full(exc: QueueFull) -> ApiError:
-    """409 ``queue_full``: the run holds its most waiting messages (every door's answer),
-    counted."""
-    metrics.LIMIT_REFUSALS.labels(limit="max_queued_messages").inc()
-    return ApiError(409, "queue_full", f"run {exc.run_id} already holds {exc.limit} messages "
-                    "waiting to be taken (AGENTLOOP_MAX_QUEUED_MESSAGES): nothing was queued; "
-                    "send it once the run has taken some")
 
 
 def thread_not_found(thread_id: str) -> ApiError:

@@ -50,7 +50,7 @@ from app.delivery.frames import PING, chunk
 from app.delivery.log_pages import PAGE, log_pages
 from app.delivery.send_deadline import SendDeadline
 from app.delivery.server_send import server_send
-from app.delivery.stream_holds import Hold, hold_of
+from app.delivery.stream_holds import Hold, serve_held
 from app.delivery.tap import tapped_frames
 from app.store.contract import Backend
 from app.store.live_feed import LiveFeeds
@@ -126,19 +126,13 @@ class EventStreamResponse(EventSourceResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # an end user's open streams are counted (``app.delivery.stream_holds``): a door that
         # started work for this stream took its hold first (``reserved``), others take it here
-        hold = self.reserved
-        found = hold_of(scope) if hold is None else None
-        if found is not None:
-            holds, holder = found
-            hold = holds.take(holder)
-            if hold is None:
-                await holds.refusal(scope, holds.limit)(scope, receive, send)
-                return
+        if self.reserved is None:
+            await serve_held(scope, receive, send, lambda: self._respond(scope, receive, send))
+            return
         try:
             await self._respond(scope, receive, send)
         finally:
-            if hold is not None:
-                hold.release()
+            self.reserved.release()
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"].upper() == "HEAD":

@@ -13,11 +13,11 @@ everybody else."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
 HOLDER = "agentloop_stream_holder"
 """The request state's key naming the request's holder (None or absent: none)."""
@@ -64,9 +64,24 @@ class StreamHolds:
         else:
             self._open.pop(holder, None)
 
-    def held(self, holder: Hashable) -> int:
-        """``holder``'s open streams."""
-        return self._open.get(holder, 0)
+
+async def serve_held(scope: Scope, receive: Receive, send: Send,
+                     serve: Callable[[], Awaitable[None]]) -> None:
+    """``serve`` the request while its holder's stream hold is taken (given back when it
+    ends); over the limit, the app's refusal instead. A request with no holder is served."""
+    found = hold_of(scope)
+    if found is None:
+        await serve()
+        return
+    holds, holder = found
+    hold = holds.take(holder)
+    if hold is None:
+        await holds.refusal(scope, holds.limit)(scope, receive, send)
+        return
+    try:
+        await serve()
+    finally:
+        hold.release()
 
 
 def hold_of(scope: Scope) -> tuple[StreamHolds, Hashable] | None:

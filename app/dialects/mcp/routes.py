@@ -38,7 +38,7 @@ from app.api.errors import ApiError, error_response
 from app.api.routes.deps import caller
 from app.api.routes.strict_json import strict_loads
 from app.api.services import Services
-from app.delivery.stream_holds import hold_of
+from app.delivery.stream_holds import serve_held
 from app.dialects.mcp import tools
 
 PATH = "/mcp"
@@ -122,19 +122,9 @@ class McpEndpoint:
             return
         receive = _replay(body, receive)
         assert self.manager is not None, "the app's lifespan runs the session manager"
-        hold = hold_of(scope)  # a call streams for as long as its run: counted as a stream
-        if hold is None:
-            await self.manager.handle_request(scope, receive, send)
-            return
-        holds, holder = hold
-        taken = holds.take(holder)
-        if taken is None:
-            await holds.refusal(scope, holds.limit)(scope, receive, send)
-            return
-        try:
-            await self.manager.handle_request(scope, receive, send)
-        finally:
-            taken.release()
+        manager = self.manager  # a call streams for as long as its run: counted as a stream
+        await serve_held(scope, receive, send,
+                         lambda: manager.handle_request(scope, receive, send))
 
 
 def _refused(body: bytes) -> JSONResponse | None:

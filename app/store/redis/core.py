@@ -200,13 +200,19 @@ class RedisCore:
         goes to its run's or thread's shard channel, in the thread's slot)."""
         return keys.NOTIFY_CHANNEL if self._nodes is None else ""
 
-    async def _add_job(self, run_id: str) -> None:
-        """A dispatch entry for the run (on a cluster: confirmed by a replica)."""
+    async def _add_job(self, run_id: str, marks: Sequence[str] = ()) -> None:
+        """A dispatch entry for the run (on a cluster: confirmed by a replica, the dispatch
+        ``marks`` of the step that queued it gone in the same round trip)."""
         if self._nodes is None:
             await self.client.xadd(keys.JOBS_STREAM, {"run": run_id})
-        else:
-            await self._nodes.durable(keys.JOBS_STREAM,
-                                      lambda pipe: pipe.xadd(keys.JOBS_STREAM, {"run": run_id}))
+            return
+
+        def fill(pipe: Any) -> None:
+            pipe.xadd(keys.JOBS_STREAM, {"run": run_id})
+            if marks:
+                pipe.zrem(keys.DISPATCH_MARKS, *marks)
+
+        await self._nodes.durable(keys.JOBS_STREAM, fill)
 
     async def _drop_job(self, entry_id: bytes | str) -> None:
         if not entry_id:
@@ -247,14 +253,7 @@ class RedisCore:
             if marks:
                 await self.client.zrem(keys.DISPATCH_MARKS, *marks)
             return
-        queued = run_id
-
-        def fill(pipe: Any) -> None:
-            pipe.xadd(keys.JOBS_STREAM, {"run": queued})
-            if marks:
-                pipe.zrem(keys.DISPATCH_MARKS, *marks)
-
-        await self._nodes.durable(keys.JOBS_STREAM, fill)
+        await self._add_job(run_id, marks)
         if parked:
             await self.client.zrem(keys.PARKED_INDEX, run_id)
 
