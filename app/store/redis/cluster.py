@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -38,7 +38,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.store.redis.cluster_connection import use_cluster_connections
-from app.store.redis.pipeline import ScriptPipeline, settle
+from app.store.redis.pipeline import ScriptPipeline
 
 WAIT_MS = 500
 """How long a write waits for one replica's acknowledgement (``WAIT 1 500``)."""
@@ -83,12 +83,16 @@ def cluster_client(url: str, *, connect_timeout: float, socket_timeout: float,
 
 
 class NodeClients:
-    """A plain client per master node (its own small pool), for commands that must share a
-    connection with the write they follow (``WAIT``) and for shard subscriptions."""
+    """A plain client per master node (its own pool), for commands that must share a
+    connection with the write they follow (``WAIT``) and for shard subscriptions. A caller
+    finding every connection of a node's pool in use waits up to ``timeout`` seconds for one,
+    as on one node (a pool that refused at once failed a burst's calls with 503)."""
 
-    def __init__(self, cluster: RedisCluster, max_connections: int = 32) -> None:
+    def __init__(self, cluster: RedisCluster, max_connections: int = 32,
+                 timeout: float = 5.0) -> None:
         self.cluster = cluster
         self._most = max_connections
+        self._timeout = timeout
         self._clients: dict[str, Redis] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._replicas: dict[str, tuple[int, float]] = {}
@@ -108,8 +112,10 @@ class NodeClients:
         if client is None:
             kwargs = {k: v for k, v in node.connection_kwargs.items()
                       if k not in ("host", "port")}
-            pool = ConnectionPool(connection_class=node.connection_class, host=node.host,
-                                  port=node.port, max_connections=self._most, **kwargs)
+            pool = BlockingConnectionPool(connection_class=node.connection_class,
+                                          host=node.host, port=node.port,
+                                          max_connections=self._most, timeout=self._timeout,
+                                          **kwargs)
             client = self._clients[node.name] = Redis(connection_pool=pool)
         return client
 
@@ -206,8 +212,8 @@ class DurablePipeline(ScriptPipeline):
     docstring); ``NOSCRIPT`` (a promoted replica that never saw ``SCRIPT LOAD``) loads the
     script on that master and sends the call again."""
 
-    def __init__(self, nodes: NodeClients, node: ClusterNode) -> None:
-        super().__init__(nodes.client(node))
+    def __init__(self, nodes: NodeClients, node: ClusterNode, *, flights: int = 8) -> None:
+        super().__init__(nodes.client(node), flights=flights)
         self._nodes = nodes
         self._node = node
 
@@ -226,11 +232,16 @@ class DurablePipeline(ScriptPipeline):
 
     async def _direct(self, script: AsyncScript, keys: list[Any], args: list[Any],
                       future: asyncio.Future[Any]) -> None:
-        async def load_and_call() -> Any:
+        """Load the script, then send the call again with its own ``WAIT``, in this flush
+        (through ``call`` it would wait for room held by this very flush: with every flight
+        meeting ``NOSCRIPT`` after a failover, none would come back)."""
+        try:
             await self._client.script_load(script.script)
-            return await self.call(script, keys, args)
-
-        await settle(future, load_and_call())
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+            return
+        await self._flush([(script, keys, args, future)], load=False)
 
 
 class ClusterScripts:
@@ -239,8 +250,9 @@ class ClusterScripts:
     after the slot map is re-read; a connection failure re-reads the map and propagates (the
     caller retries, the map now names the promoted replica)."""
 
-    def __init__(self, nodes: NodeClients) -> None:
+    def __init__(self, nodes: NodeClients, *, flights: int = 8) -> None:
         self._nodes = nodes
+        self._flights = flights
         self._pipes: dict[str, DurablePipeline] = {}
 
     async def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
@@ -248,7 +260,8 @@ class ClusterScripts:
             node = self._nodes.node_of(keys[0])
             pipe = self._pipes.get(node.name)
             if pipe is None:
-                pipe = self._pipes[node.name] = DurablePipeline(self._nodes, node)
+                pipe = self._pipes[node.name] = DurablePipeline(self._nodes, node,
+                                                                flights=self._flights)
             try:
                 return await pipe.call(script, keys, args)
             except ResponseError as exc:

@@ -76,7 +76,7 @@ class RedisCore:
                                          socket_timeout=socket_timeout,
                                          max_connections=max_connections,
                                          client_name=client_name)
-            self._nodes = NodeClients(self.client)
+            self._nodes = NodeClients(self.client, max_connections, socket_timeout)
             self._pipeline = ClusterScripts(self._nodes)
             self.notifier = ShardedNotifier(self._nodes, self.cancel_requested)
         else:

@@ -51,11 +51,16 @@ class ScriptCalls(Protocol):
 
 
 class ScriptPipeline:
-    """See the module docstring. ``most``: calls sent in one pipeline at the most."""
+    """See the module docstring. ``most``: calls sent in one pipeline at the most;
+    ``flights``: pipelines out at once at the most. Calls made while that many are out wait for
+    one to come back and go together in the next: a burst becomes fewer, larger round trips
+    instead of one connection per loop turn (which emptied the pool, and the pool's refusal
+    failed the calls)."""
 
-    def __init__(self, client: Redis, *, most: int = 256) -> None:
+    def __init__(self, client: Redis, *, most: int = 256, flights: int = 8) -> None:
         self._client = client
         self._most = most
+        self._flights = flights
         self._pending: list[Call] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -65,20 +70,30 @@ class ScriptPipeline:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((script, keys, args, future))
-        if not self._scheduled:
+        if not self._scheduled and len(self._tasks) < self._flights:
             self._scheduled = True
             loop.call_soon(self._flush_soon)
         return await future
 
     def _flush_soon(self) -> None:
         self._scheduled = False
-        pending, self._pending = self._pending, []
-        for start in range(0, len(pending), self._most):
-            task = asyncio.create_task(self._flush(pending[start:start + self._most]))
+        while self._pending and len(self._tasks) < self._flights:
+            batch, self._pending = self._pending[:self._most], self._pending[self._most:]
+            task = asyncio.create_task(self._flush(batch))
             self._tasks.add(task)  # keep a reference until done (no orphan tasks)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._landed)
 
-    async def _flush(self, calls: list[Call]) -> None:
+    def _landed(self, task: asyncio.Task[None]) -> None:
+        """A pipeline came back: the calls that waited for room go out."""
+        self._tasks.discard(task)
+        if self._pending and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    async def _flush(self, calls: list[Call], *, load: bool = True) -> None:
+        """Send ``calls`` as one pipeline; each future gets its result. A ``NOSCRIPT`` answer
+        goes to ``_direct`` (which loads the script) unless ``load`` is false: then it is the
+        call's error."""
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for script, keys, args, _ in calls:
@@ -97,8 +112,8 @@ class ScriptPipeline:
         for (script, keys, args, future), result in zip(calls, results, strict=True):
             if future.done():
                 continue
-            if isinstance(result, NoScriptError) or (
-                    isinstance(result, ResponseError) and "NOSCRIPT" in str(result)):
+            if load and (isinstance(result, NoScriptError) or (
+                    isinstance(result, ResponseError) and "NOSCRIPT" in str(result))):
                 await self._direct(script, keys, args, future)
             elif isinstance(result, Exception):
                 future.set_exception(result)
@@ -117,6 +132,8 @@ class ScriptPipeline:
         await settle(future, script(keys=keys, args=args))
 
     async def close(self) -> None:
-        """Wait for flushes under way."""
-        if self._tasks:
+        """Wait for flushes under way and the calls waiting for room."""
+        while self._tasks or self._pending:
+            if not self._tasks:
+                self._flush_soon()
             await asyncio.gather(*self._tasks, return_exceptions=True)
