@@ -10,6 +10,7 @@ with a call started its own pipeline, each holding a connection of the node's po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -143,3 +144,50 @@ async def test_noscript_on_every_flight_at_once_does_not_wait_for_itself(
     await nodes.client(nodes.node_of("{burst}k")).script_flush()
     results = await call_all(ClusterScripts(nodes, flights=2), script, 40)
     assert results == [str(n).encode() for n in range(40)]
+
+
+async def small_cluster(url: str, most: int, wait: float = 5.0) -> RedisCluster:
+    client = cluster_client(url, connect_timeout=1.0, socket_timeout=wait,
+                            max_connections=most, client_name=None)
+    await client.initialize()
+    return client
+
+
+async def test_more_commands_than_a_nodes_connections_wait_for_one(cluster_url: str) -> None:
+    """redis-py's cluster pools refuse the command past ``max_connections`` at once: at 300
+    runs at once ~19 % of ``POST /runs`` failed so. Here they wait for a connection."""
+    client = await small_cluster(cluster_url, 3)
+    try:
+        async def one(n: int) -> Any:
+            await client.set(f"{{w}}k{n}", n)
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.get(f"{{w}}k{n}")
+                pipe.incr("{w}count")
+                return (await pipe.execute())[0]
+
+        got = await asyncio.wait_for(asyncio.gather(*(one(n) for n in range(150))), 30)
+        assert got == [str(n).encode() for n in range(150)]
+        assert int(await client.get("{w}count")) == 150
+        for node in client.get_nodes():
+            assert len(node._connections) <= 3
+    finally:
+        await client.aclose()
+
+
+async def test_a_command_that_finds_no_connection_in_time_is_a_connection_error(
+        cluster_url: str) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    client = await small_cluster(cluster_url, 1, wait=0.3)
+    try:
+        held = asyncio.create_task(client.blpop(["{w}never"], timeout=3))
+        await asyncio.sleep(0.1)  # the only place is held by the blocking pop
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(RedisConnectionError):
+            await client.get("{w}k")
+        assert asyncio.get_running_loop().time() - started < 2.5
+        held.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await held
+    finally:
+        await client.aclose()

@@ -38,6 +38,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.store.redis.cluster_connection import use_cluster_connections
+from app.store.redis.cluster_pool import WaitingCluster
 from app.store.redis.pipeline import ScriptPipeline
 
 WAIT_MS = 500
@@ -72,7 +73,8 @@ def cluster_client(url: str, *, connect_timeout: float, socket_timeout: float,
     """The cluster client: slot map from the seeds, retried once on connection errors
     (including a connection another task closed mid-command: see redis_cluster_connection)."""
     nodes, options = seed_nodes(url)
-    client = RedisCluster(
+    client = WaitingCluster(
+        wait=socket_timeout,
         startup_nodes=nodes, max_connections=max_connections, require_full_coverage=False,
         socket_connect_timeout=connect_timeout, socket_timeout=socket_timeout,
         retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
