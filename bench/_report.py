@@ -139,6 +139,11 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
                        f"{system}: {op['runs']} open runs: RSS {rss} MB ≤ 300, all streaming: "
                        f"{live} ({op.get('streaming')}/{op['runs']})"
                        + (f" — failed: {op['failed'][:200]}" if "failed" in op else ""))
+    if cl := extras.get("cluster"):
+        bad = [c["cell"] for c in cl if "failed" in c or c.get("ok") != c.get("runs")]
+        ok, runs = sum(c.get("ok", 0) for c in cl), sum(c.get("runs", 0) for c in cl)
+        yield _say(not bad, f"agentloop-cluster: every run of every Redis Cluster cell ok "
+                            f"({ok}/{runs})" + (f"; not in: {', '.join(bad)}" if bad else ""))
     if fig := extras.get("machine"):
         sc = fig.get("scaling") or {}
         rps, held = sc.get("runs_per_s", {}), sc.get("live_streams", {})
@@ -355,7 +360,9 @@ def _cluster(cells: list[dict[str, Any]] | None) -> list[str]:
            "with its embedded worker; `cluster/Nw` run `serve --no-worker` beside N `agentloop "
            "worker` processes. Redis CPU sums every node (replicas included). On 2 cores the "
            "client, fake model, service and six redis-servers share the CPU: the scaling rows "
-           "show the per-run cost of more processes, not a speed-up. See docs/cluster.md.", "",
+           "show the per-run cost of more processes, not a speed-up; `cluster C=N` is N runs at "
+           "once (3 × N runs), as the `--processes` run drives one node. See docs/cluster.md.",
+           "",
            "| cell | runs/s | service CPU ms/run | Redis CPU ms/run | ok/runs | load |",
            "|---|---|---|---|---|---|"]
     for c in cells:

@@ -76,3 +76,19 @@ def test_a_report_rendered_again_names_the_measured_commit_and_time() -> None:
     text = "\n".join(_report._header([], False, {"at": "2026-01-02 03:04 UTC",
                                                   "sha": "abc1234"}))
     assert "— 2026-01-02 03:04 UTC" in text and "agentloop abc1234;" in text
+
+
+def test_a_redis_cluster_cell_with_a_failed_run_is_a_miss() -> None:
+    def cell(name: str, ok: int, runs: int = 200) -> dict[str, Any]:
+        return {"figure": "cluster", "cell": name, "runs": runs, "ok": ok}
+
+    rows = [_cell("langgraph", 40.0, 1000, 1100)]
+    good = [v for v in _lines(rows, {"cluster": [cell("redis", 200), cell("cluster", 200)]})
+            if "Redis Cluster" in v]
+    assert good == ["PASS agentloop-cluster: every run of every Redis Cluster cell ok (400/400)"]
+    bad = [v for v in _lines(rows, {"cluster": [
+        cell("cluster", 197), cell("cluster C=300", 900, 900),
+        {"figure": "cluster", "cell": "cluster/1w", "failed": "RuntimeError: exited"}]})
+        if "Redis Cluster" in v]
+    assert bad == ["MISS agentloop-cluster: every run of every Redis Cluster cell ok "
+                   "(1097/1100); not in: cluster, cluster/1w"]
