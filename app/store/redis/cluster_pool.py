@@ -16,13 +16,14 @@ taken waits up to ``wait`` seconds for one, then fails as the pool would have (a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import MaxConnectionsError
+
+T = TypeVar("T")
 
 _holding: contextvars.ContextVar[bool] = contextvars.ContextVar("holding", default=False)
 """Whether this task holds a place already: a pipeline resends a redirected command through
@@ -38,31 +39,30 @@ class WaitingCluster(RedisCluster):
         self._places = asyncio.Semaphore(int(kwargs.get("max_connections", 100)))
         self._wait = wait
 
-    @contextlib.asynccontextmanager
-    async def place(self) -> AsyncIterator[None]:
-        """Hold a place while the body runs (wait for one if all are taken)."""
+    async def holding(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, awaited while holding a place (waiting for one if all are
+        taken; a task that holds one already does not wait for a second)."""
         if _holding.get():
-            yield
-            return
+            return await work
         if self._places.locked():
             try:
                 async with asyncio.timeout(self._wait):
                     await self._places.acquire()
             except TimeoutError:
+                work.close()
                 raise MaxConnectionsError(
                     f"every connection in use for {self._wait} s") from None
         else:
             await self._places.acquire()  # free: returns without suspending
         token = _holding.set(True)
         try:
-            yield
+            return await work
         finally:
             _holding.reset(token)
             self._places.release()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        async with self.place():
-            return await super().execute_command(*args, **kwargs)
+        return await self.holding(super().execute_command(*args, **kwargs))
 
     def pipeline(self, transaction: Any | None = None,
                  shard_hint: Any | None = None) -> ClusterPipeline:
@@ -78,5 +78,4 @@ class WaitingPipeline(ClusterPipeline):
                       allow_redirections: bool = True) -> list[Any]:
         client = self.cluster_client
         assert isinstance(client, WaitingCluster)
-        async with client.place():
-            return await super().execute(raise_on_error, allow_redirections)
+        return await client.holding(super().execute(raise_on_error, allow_redirections))
