@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     """Unset: the in-process memory backend (one process, nothing survives a restart)."""
     redis_cluster: bool = False
     """``true``: ``redis_url`` names seed nodes of a Redis Cluster (``redis://h1:p1,h2:p2``)."""
+    redis_max_connections: int = Field(default=256, ge=1)
+    """Connections a process opens to a Redis node at the most (on a cluster: to each node, for
+    commands and for scripts each); a caller finding them all in use waits up to 5 s for one,
+    then gets ``503``."""
     default_model: str | None = None
     """Unset: the first provider with a key (openai, anthropic, gemini), else ``demo:echo``."""
     api_keys: str = ""

@@ -45,6 +45,7 @@ def make_store(settings: Settings) -> Backend:
     return make_backend(settings.redis_url, lease=settings.lease_seconds,
                         run_ttl=settings.run_ttl, client_name=settings.worker_name,
                         thread_ttl=settings.thread_ttl, cluster=settings.redis_cluster,
+                        max_connections=settings.redis_max_connections,
                         write_window=settings.event_flush_ms / 1000)
 
 

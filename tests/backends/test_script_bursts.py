@@ -191,3 +191,25 @@ async def test_a_command_that_finds_no_connection_in_time_is_a_connection_error(
             await held
     finally:
         await client.aclose()
+
+
+async def test_the_services_pools_are_sized_by_the_setting(redis_url: str,
+                                                           cluster_url: str) -> None:
+    """``AGENTLOOP_REDIS_MAX_CONNECTIONS`` sizes the one-node pool, the cluster client's places
+    and its per-master script pools."""
+    from app.config import Settings
+    from app.process.setup import make_store
+    from app.store.redis.cluster_pool import WaitingCluster
+
+    one = make_store(Settings(redis_url=redis_url, redis_max_connections=7))
+    assert one.client.connection_pool.max_connections == 7  # type: ignore[attr-defined]
+    await one.close()
+    many = make_store(Settings(redis_url=cluster_url, redis_cluster=True,
+                               redis_max_connections=5))
+    client = many.client  # type: ignore[attr-defined]
+    assert isinstance(client, WaitingCluster) and client._places._value == 5
+    await client.initialize()
+    nodes = many._nodes  # type: ignore[attr-defined]
+    assert nodes.client(nodes.node_of("{x}k")).connection_pool.max_connections == 5
+    await many.close()
+    assert Settings().redis_max_connections == 256
