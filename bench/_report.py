@@ -139,11 +139,7 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
                        f"{system}: {op['runs']} open runs: RSS {rss} MB ≤ 300, all streaming: "
                        f"{live} ({op.get('streaming')}/{op['runs']})"
                        + (f" — failed: {op['failed'][:200]}" if "failed" in op else ""))
-    if cl := extras.get("cluster"):
-        bad = [c["cell"] for c in cl if "failed" in c or c.get("ok") != c.get("runs")]
-        ok, runs = sum(c.get("ok", 0) for c in cl), sum(c.get("runs", 0) for c in cl)
-        yield _say(not bad, f"agentloop-cluster: every run of every Redis Cluster cell ok "
-                            f"({ok}/{runs})" + (f"; not in: {', '.join(bad)}" if bad else ""))
+    yield from _every_run_ok(rows, extras)
     if fig := extras.get("machine"):
         sc = fig.get("scaling") or {}
         rps, held = sc.get("runs_per_s", {}), sc.get("live_streams", {})
@@ -152,6 +148,30 @@ def verdicts(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str
                    f"{rps.get('1')} → {rps.get('2')} ({rps.get('ratio')}×), live streams "
                    f"sustained {held.get('1')} → {held.get('2')} ({held.get('ratio')}×) on "
                    f"{os.cpu_count()} cores shared with the clients and the fake model")
+
+
+def _all_ok(label: str, cells: list[tuple[str, dict[str, Any]]]) -> str:
+    """PASS when every cell ran and every run of it succeeded; else MISS naming the cells."""
+    bad = sorted({name for name, c in cells if "failed" in c or c.get("ok") != c.get("runs")})
+    ok, runs = sum(c.get("ok", 0) for _, c in cells), sum(c.get("runs", 0) for _, c in cells)
+    return _say(not bad, f"{label} ok ({ok}/{runs})" + (f"; not in: {', '.join(bad)}"
+                                                          if bad else ""))
+
+
+def _every_run_ok(rows: list[dict[str, Any]], extras: dict[str, Any]) -> Iterator[str]:
+    """A figure of a run that failed is not a figure: each agentloop system's cells (production,
+    micro-benchmark, ``--processes``) and the Redis Cluster cells must have every run ok."""
+    for system in ("agentloop", "agentloop-redis"):
+        cells = [(f"{r['workload']} C={r.get('concurrency')}", r) for r in rows
+                 if r.get("system") == system and "runs" in r]
+        if system == "agentloop-redis":
+            cells += [(f"--processes {c.get('processes')}", c)
+                      for c in (extras.get("machine") or {}).get("throughput", [])]
+        if cells:
+            yield _all_ok(f"{system}: every run of every cell", cells)
+    if cl := extras.get("cluster"):
+        yield _all_ok("agentloop-cluster: every run of every Redis Cluster cell",
+                      [(c["cell"], c) for c in cl])
 
 
 def _procs(rows: list[dict[str, Any]]) -> str:

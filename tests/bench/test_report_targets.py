@@ -92,3 +92,16 @@ def test_a_redis_cluster_cell_with_a_failed_run_is_a_miss() -> None:
         if "Redis Cluster" in v]
     assert bad == ["MISS agentloop-cluster: every run of every Redis Cluster cell ok "
                    "(1097/1100); not in: cluster, cluster/1w"]
+
+
+def test_every_agentloop_cell_with_a_failed_run_is_a_miss() -> None:
+    ok = _cell("agentloop", 8.0, 12.0, 41.0) | {"runs": 200, "ok": 200}
+    short = _cell("agentloop-redis", 8.0, 12.0, 41.0) | {"runs": 200, "ok": 198}
+    micro = short | {"workload": "micro", "ok": 200}
+    machine = {"throughput": [{"processes": 1, "runs": 900, "ok": 900},
+                              {"processes": 2, "failed": "RuntimeError: exited"}]}
+    out = [v for v in _lines([ok, short, micro], {"machine": machine})
+           if "every run of every cell" in v]
+    assert out == ["PASS agentloop: every run of every cell ok (200/200)",
+                   "MISS agentloop-redis: every run of every cell ok (1298/1300); not in: "
+                   "--processes 2, production C=50"]
