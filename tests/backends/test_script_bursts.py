@@ -93,11 +93,16 @@ async def test_close_sends_the_calls_still_waiting_for_room(redis_client: Redis)
     assert (first.result(), waiting.result()) == (b"a", b"b")
 
 
+async def small_cluster(url: str, most: int, wait: float = 5.0) -> RedisCluster:
+    client = cluster_client(url, connect_timeout=1.0, socket_timeout=wait,
+                            max_connections=most, client_name=None)
+    await client.initialize()
+    return client
+
+
 @pytest.fixture
 async def cluster(cluster_url: str) -> AsyncIterator[RedisCluster]:
-    client = cluster_client(cluster_url, connect_timeout=1.0, socket_timeout=5.0,
-                            max_connections=64, client_name=None)
-    await client.initialize()
+    client = await small_cluster(cluster_url, 64)
     yield client
     await client.aclose()
 
@@ -144,13 +149,6 @@ async def test_noscript_on_every_flight_at_once_does_not_wait_for_itself(
     await nodes.client(nodes.node_of("{burst}k")).script_flush()
     results = await call_all(ClusterScripts(nodes, flights=2), script, 40)
     assert results == [str(n).encode() for n in range(40)]
-
-
-async def small_cluster(url: str, most: int, wait: float = 5.0) -> RedisCluster:
-    client = cluster_client(url, connect_timeout=1.0, socket_timeout=wait,
-                            max_connections=most, client_name=None)
-    await client.initialize()
-    return client
 
 
 async def test_more_commands_than_a_nodes_connections_wait_for_one(cluster_url: str) -> None:
